@@ -1,0 +1,3 @@
+from loopwright.cli import run
+
+run()

@@ -1,0 +1,277 @@
+"""The Stop hook's shell around the router: read, decide, persist, answer.
+
+Everything that touches files, locks, processes or Claude Code's JSON is here;
+the decision itself is ``router.decide``. Any failure ends in "let the session
+stop" plus one line for the user: the hook never crashes a session and never
+blocks on input it does not understand.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import lock as locks
+from . import loops, report, router, store, transcript
+from .entry import MAX_STDIN_BYTES
+from .project import state_dir
+
+
+class HookInput:
+    """The fields of the Stop hook's stdin that loopwright uses, validated."""
+
+    def __init__(self, data: dict):
+        sid = data.get("session_id")
+        if not isinstance(sid, str) or not sid.strip():
+            raise ValueError("stdin has no session_id")
+        self.session_id = sid
+        tp = data.get("transcript_path")
+        self.transcript_path = tp if isinstance(tp, str) and tp else None
+        cwd = data.get("cwd")
+        self.cwd = cwd if isinstance(cwd, str) and cwd else None
+        self.stop_hook_active = data.get("stop_hook_active") is True
+        msg = data.get("last_assistant_message")
+        self.last_message = msg if isinstance(msg, str) else None
+
+
+def parse_stdin(raw: bytes) -> HookInput:
+    if not raw.strip():
+        raise ValueError("stdin is empty")
+    if len(raw) > MAX_STDIN_BYTES:
+        raise ValueError(f"stdin is larger than {MAX_STDIN_BYTES // (1024 * 1024)} MiB")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ValueError("stdin is not JSON") from None
+    if not isinstance(data, dict):
+        raise ValueError("stdin is not a JSON object")
+    return HookInput(data)
+
+
+def debug(state: Path | None, message: str) -> None:
+    if os.environ.get("LOOPWRIGHT_DEBUG") != "1" or state is None:
+        return
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        with open(state / "debug.log", "a", encoding="utf-8") as fh:
+            fh.write(f"{locks.now_iso()} pid={os.getpid()} {message}\n")
+    except OSError:
+        pass
+
+
+def journal(paths: loops.LoopPaths, entry: dict, now: float, session: str | None) -> None:
+    record = {"at": locks.now_iso(now), "loop": paths.name, "session": session}
+    record.update(entry)
+    store.append_jsonl(paths.journal, record)
+
+
+# --- finding the session's loop -------------------------------------------------
+
+
+def _nonce_seen(loop: dict, hook: HookInput) -> bool:
+    nonce = loop.get("nonce")
+    if not nonce:
+        return False
+    if hook.last_message and nonce in hook.last_message:
+        return True
+    return nonce.encode() in transcript.tail_text(hook.transcript_path)
+
+
+def find_loop(state: Path, hook: HookInput, now: float, notes: list[str]) -> loops.LoopPaths | None:
+    """The active loop owned by this session, adopting an unowned one whose
+    start nonce this session's transcript carries. Cleans stale markers."""
+    unowned: list[tuple[loops.LoopPaths, dict]] = []
+    for name in loops.active_names(state):
+        paths = loops.LoopPaths(state, name)
+        try:
+            cfg = loops.load_config(paths)
+        except store.CorruptFile as exc:
+            notes.append(f"loopwright: loop {name}: {exc}; the loop is stopped. Start a new one if needed.")
+            loops.clear_active(paths)
+            continue
+        if cfg is None or cfg.get("status") != loops.ACTIVE:
+            loops.clear_active(paths)  # left behind by a crash between the two writes
+            continue
+        owner = cfg.get("owner_session")
+        if owner == hook.session_id:
+            return paths
+        if not owner:
+            unowned.append((paths, cfg))
+    for paths, cfg in unowned:
+        if not _nonce_seen(cfg, hook):
+            continue
+        with loops.loop_mutex(paths):
+            cfg = loops.load_config(paths)
+            if cfg and cfg.get("status") == loops.ACTIVE and not cfg.get("owner_session"):
+                cfg["owner_session"] = hook.session_id
+                store.write_json(paths.config, cfg)
+                journal(paths, {"event": "adopt", "reason": "start nonce found in this session"}, now, hook.session_id)
+                return paths
+    return None
+
+
+# --- observing ------------------------------------------------------------------
+
+
+def lock_state(lock: dict | None, session_id: str, now: float) -> str:
+    if not lock:
+        return router.LOCK_FREE
+    if lock.get("owner") == locks.owner_tag(session_id):
+        return router.LOCK_OURS
+    return router.LOCK_STALE if locks.is_stale(lock, now) else router.LOCK_FOREIGN
+
+
+def read_stop_request(paths: loops.LoopPaths, notes: list[str], move: bool = True) -> dict | None:
+    if not paths.stop.exists():
+        return None
+    try:
+        req = store.read_json(paths.stop, move_corrupt=move)
+    except store.CorruptFile as exc:
+        notes.append(f"loopwright: {exc}; treating it as a stop request")
+        return {"reason": "requested"}
+    return req if req is not None else None
+
+
+def observe(
+    paths: loops.LoopPaths, loop: dict, hook: HookInput, now: float, notes: list[str], *, dry_run: bool = False
+) -> router.Snapshot:
+    """Everything the router needs, read from disk. ``dry_run`` leaves corrupt files in place."""
+    move = not dry_run
+    budget = store.read_json(paths.budget, move_corrupt=move) or router.initial_budget(loop)
+    lock = store.read_json(paths.lock, move_corrupt=move)
+    cursor = transcript.Cursor.from_dict(budget.get("cursor"))
+    turn = transcript.read_increment(hook.transcript_path, cursor, nonce=loop.get("nonce"))
+    for note in turn.notes:
+        notes.append(f"loopwright: {note}")
+    cap = os.environ.get("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "8")
+    return router.Snapshot(
+        now=now,
+        session_id=hook.session_id,
+        loop=loop,
+        budget=budget,
+        turn=turn,
+        last_message=hook.last_message,
+        stop_hook_active=hook.stop_hook_active,
+        stop_request=read_stop_request(paths, notes, move),
+        cancelled=loops.is_cancelled(paths),
+        lock=lock,
+        lock_state=lock_state(lock, hook.session_id, now),
+        block_cap=int(cap) if cap.isdigit() else 8,
+    )
+
+
+def write_progress(paths: loops.LoopPaths, loop: dict, decision: router.Decision, now: float) -> None:
+    b = decision.budget or {}
+    store.write_json(
+        paths.progress,
+        {
+            "name": loop["name"],
+            "mode": loop["mode"],
+            "status": loops.ENDED if decision.action == router.STOP else loops.ACTIVE,
+            "outcome": decision.outcome,
+            "iteration": decision.iteration,
+            "max_iterations": loop["max_iterations"],
+            "minutes_elapsed": b.get("minutes_elapsed", 0.0),
+            "max_minutes": loop["max_minutes"],
+            "tokens_in": b.get("tokens_in", 0),
+            "tokens_out": b.get("tokens_out", 0),
+            "last_reason": decision.reason,
+            "updated_at": locks.now_iso(now),
+        },
+    )
+
+
+def apply(paths: loops.LoopPaths, loop: dict, snap: router.Snapshot, decision: router.Decision) -> dict:
+    """Persist a decision and return the hook's JSON answer. Holds the loop mutex."""
+    now, sid = snap.now, snap.session_id
+    for entry in decision.journal:
+        journal(paths, dict(entry, iteration=decision.iteration or None), now, sid)
+    if decision.action == router.HOLD:
+        return {"systemMessage": decision.system_message}
+    store.write_json(paths.budget, decision.budget)
+    store.append_jsonl(paths.history, decision.history)
+    write_progress(paths, loop, decision, now)
+    if decision.action == router.STOP:
+        summary = report.end_loop(paths, loop, decision.budget, decision.outcome, decision.reason, now)
+        return {"systemMessage": summary}
+    if decision.action == router.PAUSE:
+        return {"systemMessage": decision.system_message}
+    lock = snap.lock if snap.lock_state == router.LOCK_OURS else None
+    if lock is None:  # free or stale: this session (re)takes it
+        pid, ctime = locks.claude_process()
+        lock = locks.new_lock(sid, pid, ctime, decision.iteration, now)
+        journal(paths, {"event": "lock", "result": "acquired", "previous": snap.lock_state}, now, sid)
+    lock = dict(lock, heartbeat_at=locks.now_iso(now), iteration=decision.iteration + 1)
+    store.write_json(paths.lock, lock)
+    return {"decision": "block", "reason": decision.prompt, "systemMessage": decision.system_message}
+
+
+def handle(raw: bytes) -> dict | None:
+    """One Stop event. Returns the JSON answer, or None to let the session stop quietly."""
+    try:
+        hook = parse_stdin(raw)
+    except ValueError as exc:
+        debug(state_dir(), f"bad stdin: {exc}")
+        return {"systemMessage": f"loopwright: ignored a Stop event it could not read ({exc}); the session may stop."}
+    state = state_dir(hook.cwd)
+    now = time.time()
+    notes: list[str] = []
+    paths = find_loop(state, hook, now, notes)
+    if paths is None:
+        debug(state, f"session {hook.session_id}: no loop; pass through")
+        return {"systemMessage": " ".join(notes)} if notes else None
+    with loops.loop_mutex(paths):
+        try:
+            loop = loops.load_config(paths)
+            if not loop or loop.get("status") != loops.ACTIVE or loop.get("owner_session") != hook.session_id:
+                return None  # ended or taken over while we waited for the mutex
+            snap = observe(paths, loop, hook, now, notes)
+        except store.CorruptFile as exc:
+            return _stop_on_corrupt(paths, hook, now, exc)
+        decision = router.decide(snap)
+        answer = apply(paths, loop, snap, decision)
+    debug(state, f"session {hook.session_id}: loop {paths.name}: {decision.action} {decision.outcome or ''} ({decision.reason})")
+    if notes:
+        answer["systemMessage"] = " ".join([*notes, answer.get("systemMessage") or ""]).strip()
+    return answer
+
+
+def _stop_on_corrupt(paths: loops.LoopPaths, hook: HookInput, now: float, exc: store.CorruptFile) -> dict:
+    """A state file did not parse: it has been moved aside; stop the loop safely."""
+    journal(paths, {"event": "corrupt", "file": exc.path.name, "moved_to": str(exc.moved_to), "detail": exc.detail}, now, hook.session_id)
+    loop = None
+    try:
+        loop = loops.load_config(paths)
+    except store.CorruptFile:
+        pass
+    if loop and loop.get("status") == loops.ACTIVE:
+        budget = router.initial_budget(loop)
+        try:
+            budget = store.read_json(paths.budget) or budget
+        except store.CorruptFile:
+            pass
+        report.end_loop(paths, loop, budget, router.stopped("corrupt-state"), str(exc), now)
+    else:
+        loops.clear_active(paths)
+    return {"systemMessage": f"loopwright: loop {paths.name} stopped: {exc}. Inspect it with `loopwright status`."}
+
+
+def main_with(raw: bytes) -> int:
+    """Answer one Stop event: never raises, always exits 0."""
+    try:
+        answer = handle(raw)
+    except Exception as exc:  # the hook must never crash a session
+        try:
+            debug(state_dir(), f"internal error: {exc!r}")
+        except Exception:
+            pass
+        answer = {"systemMessage": f"loopwright: internal error in the Stop hook ({type(exc).__name__}: {exc}); the session may stop. Run `loopwright doctor`."}
+    if answer:
+        sys.stdout.buffer.write(orjson.dumps(answer))
+        sys.stdout.flush()
+    return 0

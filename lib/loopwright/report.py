@@ -1,0 +1,100 @@
+"""The end of a loop: the final report, and the terminal step that writes it.
+
+Order matters (SPEC §4.11, sdd "report before lock release"): report.md and the
+last history line first, then loop.json says ended, then the lock is released
+and the active marker removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from . import loops, store
+from .lock import now_iso, parse_iso
+from .prompts import fmt_minutes, fmt_tokens, tokens_total
+
+OUTCOME_WORDS = {
+    "LOOP_DONE": "the goal was reported complete",
+    "MAX_ITERATIONS": "the iteration limit was reached",
+    "CANCELLED": "the loop was cancelled",
+    "LOCK_CONFLICT": "another session holds the loop",
+}
+
+
+def describe_outcome(outcome: str) -> str:
+    if outcome in OUTCOME_WORDS:
+        return OUTCOME_WORDS[outcome]
+    kind, _, detail = outcome.partition(":")
+    if kind == "BUDGET_EXHAUSTED":
+        return f"the {detail} budget ran out"
+    if kind == "STOPPED":
+        return f"a stop was requested ({detail})"
+    return outcome.lower().replace("_", " ")
+
+
+def _shown(paths: loops.LoopPaths, p):
+    """A path relative to the project when it is inside it."""
+    base = paths.state.parent
+    return p.relative_to(base) if p.is_relative_to(base) else p
+
+
+def render(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reason: str, ended_at: str) -> str:
+    started = budget.get("started_at") or loop.get("started_at")
+    t0, t1 = parse_iso(started), parse_iso(ended_at)
+    minutes = (t1 - t0) / 60.0 if t0 is not None and t1 is not None else budget.get("minutes_elapsed", 0.0)
+    lines = [
+        f"# loopwright report: loop \"{loop['name']}\"",
+        "",
+        f"- Outcome: **{outcome}**: {describe_outcome(outcome)}",
+        f"- Why: {reason}",
+        f"- Mode: {loop['mode']}",
+        f"- Iterations: {budget.get('iterations_used', 0)} of {loop['max_iterations']}",
+        f"- Time: {fmt_minutes(minutes)} of {loop['max_minutes']} minutes (started {started}, ended {ended_at})",
+        f"- Tokens: {fmt_tokens(tokens_total(budget))} "
+        f"(in {budget.get('tokens_in', 0)}, out {budget.get('tokens_out', 0)}, "
+        f"cache write {budget.get('cache_creation_input_tokens', 0)}, cache read {budget.get('cache_read_input_tokens', 0)})",
+        f"- Owner session: {loop.get('owner_session') or 'none'}",
+    ]
+    pauses = (budget.get("router") or {}).get("pauses") or []
+    if pauses:
+        lines.append(
+            "- Pauses: "
+            + "; ".join(f"after iteration {p['after_iteration']} ({p['why']})" for p in pauses)
+        )
+    lines += [
+        "",
+        "Goal:",
+        "",
+        *("    " + ln for ln in loop["prompt"].splitlines()),
+        "",
+        "Files:",
+        f"- budget: {_shown(paths, paths.budget)}",
+        f"- history: {_shown(paths, paths.history)}",
+        f"- journal: {_shown(paths, paths.journal)}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def summary_line(loop: dict, budget: dict, outcome: str, paths: loops.LoopPaths) -> str:
+    return (
+        f"loopwright · {loop['name']} ended: {outcome} ({describe_outcome(outcome)}) after "
+        f"{budget.get('iterations_used', 0)} iteration(s), "
+        f"{fmt_minutes(budget.get('minutes_elapsed', 0.0))} min, {fmt_tokens(tokens_total(budget))} tokens · "
+        f"report: {paths.report}"
+    )
+
+
+def end_loop(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reason: str, now: float) -> str:
+    """Write the report, mark the loop ended, release its lock. Returns the summary line.
+
+    Call with the loop mutex held.
+    """
+    ended_at = now_iso(now)
+    store.write_text(paths.report, render(paths, loop, budget, outcome, reason, ended_at))
+    ended = dict(loop, status=loops.ENDED, outcome=outcome, ended_at=ended_at, end_reason=reason)
+    store.write_json(paths.config, ended)
+    with contextlib.suppress(FileNotFoundError):
+        paths.lock.unlink()
+    loops.clear_active(paths)
+    return summary_line(loop, budget, outcome, paths)

@@ -1,0 +1,148 @@
+"""Parse the raw argument text of a slash command, such as
+
+    /loopwright:loop "Fix the flaky test" --max-iterations 10 --completion-promise DONE
+
+The text arrives verbatim (through a quoted heredoc, never through a shell that
+could run it). Options are recognised at the start and at the end of the text,
+in ``--name value`` or ``--name=value`` form; ``--`` ends the options. What lies
+between is the prompt, exactly as typed; if it is a single quoted string, the
+quotes are removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ArgError(ValueError):
+    pass
+
+
+@dataclass
+class Token:
+    start: int
+    end: int
+    value: str  # unquoted
+    quoted: bool
+
+
+def tokenize(text: str) -> list[Token]:
+    """Shell-like words with their spans. Quotes group; nothing is expanded.
+    An unclosed quote runs to the end of the text."""
+    tokens: list[Token] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        start, out, quoted = i, [], False
+        while i < n and not text[i].isspace():
+            ch = text[i]
+            if ch in "'\"":
+                quoted = True
+                close = text.find(ch, i + 1)
+                if ch == '"':
+                    # Inside double quotes a backslash escapes the quote or itself.
+                    j, buf = i + 1, []
+                    while j < n and text[j] != '"':
+                        if text[j] == "\\" and j + 1 < n and text[j + 1] in '"\\':
+                            j += 1
+                        buf.append(text[j])
+                        j += 1
+                    out.append("".join(buf))
+                    i = j + 1
+                    continue
+                if close < 0:
+                    out.append(text[i + 1 :])
+                    i = n
+                else:
+                    out.append(text[i + 1 : close])
+                    i = close + 1
+                continue
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            out.append(ch)
+            i += 1
+        tokens.append(Token(start, min(i, n), "".join(out), quoted))
+    return tokens
+
+
+def parse(text: str, spec: dict[str, bool]) -> tuple[str, dict[str, str | bool]]:
+    """Split ``text`` into (prompt, options). ``spec`` maps option names (with
+    dashes) to whether they take a value."""
+    tokens = tokenize(text)
+    options: dict[str, str | bool] = {}
+
+    def option_at(k: int) -> tuple[str, str | None] | None:
+        tok = tokens[k]
+        if tok.quoted or not tok.value.startswith("--") or tok.value == "--":
+            return None
+        name, eq, val = tok.value.partition("=")
+        if name not in spec:
+            raise ArgError(
+                f"unknown option {name}; known options: {', '.join(sorted(spec))} "
+                "(put the prompt in quotes, or after --, if it starts or ends with --words)"
+            )
+        return name, (val if eq else None)
+
+    def take(name: str, inline: str | None, value_tok: Token | None) -> None:
+        if name in options:
+            raise ArgError(f"option {name} is given twice")
+        if spec[name]:
+            if inline is not None:
+                options[name] = inline
+            elif value_tok is not None:
+                options[name] = value_tok.value
+            else:
+                raise ArgError(f"option {name} needs a value")
+        else:
+            if inline is not None:
+                raise ArgError(f"option {name} takes no value")
+            options[name] = True
+
+    lo, hi = 0, len(tokens)
+    explicit_end = False
+    # Leading options.
+    while lo < hi:
+        tok = tokens[lo]
+        if not tok.quoted and tok.value == "--":
+            lo += 1
+            explicit_end = True
+            break
+        opt = option_at(lo)
+        if opt is None:
+            break
+        name, inline = opt
+        if spec[name] and inline is None:
+            if lo + 1 >= hi:
+                raise ArgError(f"option {name} needs a value")
+            take(name, None, tokens[lo + 1])
+            lo += 2
+        else:
+            take(name, inline, None)
+            lo += 1
+    # Trailing options (not after an explicit --).
+    while not explicit_end and hi > lo:
+        last = option_at(hi - 1)
+        if last is not None and (not spec[last[0]] or last[1] is not None):
+            take(last[0], last[1], None)
+            hi -= 1
+            continue
+        if hi - 2 >= lo:
+            pair = option_at(hi - 2)
+            if pair is not None and spec[pair[0]] and pair[1] is None:
+                take(pair[0], None, tokens[hi - 1])
+                hi -= 2
+                continue
+        if last is not None:
+            raise ArgError(f"option {last[0]} needs a value")
+        break
+    if lo >= hi:
+        return "", options
+    body = tokens[lo:hi]
+    if len(body) == 1 and body[0].quoted and text[body[0].start] in "'\"" and text[body[0].end - 1] == text[body[0].start]:
+        return body[0].value, options
+    return text[body[0].start : body[-1].end].strip(), options

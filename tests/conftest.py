@@ -1,0 +1,89 @@
+"""Shared fixtures: a scratch project, and a way to run the real Claude Code CLI
+with this repository loaded as a plugin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+LIB = REPO / "lib"
+sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(LIB))
+
+import claude_cli  # noqa: E402
+import fakeapi  # noqa: E402
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty git project directory."""
+    proj = tmp_path / "project"
+    proj.mkdir()
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    return proj
+
+
+@pytest.fixture
+def state(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The project's .loopwright directory, with the environment pointing at it
+    the way Claude Code's hook environment does."""
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(project))
+    monkeypatch.delenv("LOOPWRIGHT_STATE_DIR", raising=False)
+    monkeypatch.delenv("CLAUDE_CODE_SESSION_ID", raising=False)
+    return project / ".loopwright"
+
+
+def lw_env(**extra: str) -> dict[str, str]:
+    """Environment for running bin/loopwright or the hook launchers as processes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "LOOPWRIGHT"))}
+    env["LOOPWRIGHT_PYTHON"] = sys.executable
+    env["PATH"] = f"{REPO / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Claude:
+    """Runs the real CLI in ``project`` with this repo as a plugin."""
+
+    project: Path
+    home: Path
+
+    def run(self, prompt: str, replies, *, env: dict | None = None, timeout: float = 180, **kw):
+        server = replies if isinstance(replies, fakeapi.ScriptedServer) else fakeapi.ScriptedServer(list(replies))
+        own = not isinstance(replies, fakeapi.ScriptedServer)
+        if own:
+            server.start()
+        try:
+            base = {"LOOPWRIGHT_PYTHON": sys.executable}
+            base.update(env or {})
+            res = claude_cli.run_claude(
+                prompt, cwd=self.project, plugin_dir=REPO, server=server, home=self.home, env=base, timeout=timeout, **kw
+            )
+        finally:
+            if own:
+                server.stop()
+        res.server = server
+        return res
+
+    def loops(self) -> dict:
+        out = subprocess.run(
+            [str(REPO / "bin" / "loopwright"), "-C", str(self.project), "status", "--json"],
+            capture_output=True, text=True, env=lw_env(), timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        return {lp["name"]: lp for lp in json.loads(out.stdout)["loops"]}
+
+
+@pytest.fixture
+def claude(project: Path, tmp_path: Path) -> Claude:
+    claude_cli.claude_binary()
+    return Claude(project=project, home=tmp_path / "home")
