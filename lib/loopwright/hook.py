@@ -109,6 +109,10 @@ def find_loop(state: Path, hook: HookInput, now: float, notes: list[str]) -> loo
             cfg = loops.load_config(paths)
             if cfg and cfg.get("status") == loops.ACTIVE and not cfg.get("owner_session"):
                 cfg["owner_session"] = hook.session_id
+                # The start command had no session to name in the lock; this session takes it.
+                pid, ctime = locks.claude_process()
+                budget = store.read_json(paths.budget) or {}
+                store.write_json(paths.lock, locks.new_lock(hook.session_id, pid, ctime, int(budget.get("iterations_used", 0)) + 1, now))
                 store.write_json(paths.config, cfg)
                 journal(paths, {"event": "adopt", "reason": "start nonce found in this session"}, now, hook.session_id)
                 return paths
@@ -146,8 +150,6 @@ def observe(
     lock = store.read_json(paths.lock, move_corrupt=move)
     cursor = transcript.Cursor.from_dict(budget.get("cursor"))
     turn = transcript.read_increment(hook.transcript_path, cursor, nonce=loop.get("nonce"))
-    for note in turn.notes:
-        notes.append(f"loopwright: {note}")
     cap = os.environ.get("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "8")
     return router.Snapshot(
         now=now,

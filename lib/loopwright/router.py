@@ -176,6 +176,8 @@ def decide(snap: Snapshot) -> Decision:
         router["toolless_blocks"] = 0
     else:
         router["toolless_blocks"] = router.get("toolless_blocks", 0) + 1
+    for note in snap.turn.notes:
+        journal.append({"event": "transcript", "note": note})
     if snap.turn.compacted:
         journal.append({"event": "compaction", "iteration": iteration})
 

@@ -26,9 +26,29 @@ class Token:
     quoted: bool
 
 
+def _quoted(text: str, i: int) -> tuple[int | None, str]:
+    """The quoted string opening at ``text[i]``: (index after it, its content),
+    or (None, "") when the quote is never closed."""
+    q = text[i]
+    if q == "'":
+        close = text.find("'", i + 1)
+        return (close + 1, text[i + 1 : close]) if close >= 0 else (None, "")
+    j, buf = i + 1, []
+    while j < len(text):
+        c = text[j]
+        if c == '"':
+            return j + 1, "".join(buf)
+        if c == "\\" and j + 1 < len(text) and text[j + 1] in '"\\':
+            j += 1
+            c = text[j]
+        buf.append(c)
+        j += 1
+    return None, ""
+
+
 def tokenize(text: str) -> list[Token]:
     """Shell-like words with their spans. Quotes group; nothing is expanded.
-    An unclosed quote runs to the end of the text."""
+    A quote that is never closed counts as an ordinary character."""
     tokens: list[Token] = []
     i, n = 0, len(text)
     while i < n:
@@ -40,26 +60,13 @@ def tokenize(text: str) -> list[Token]:
         while i < n and not text[i].isspace():
             ch = text[i]
             if ch in "'\"":
-                quoted = True
-                close = text.find(ch, i + 1)
-                if ch == '"':
-                    # Inside double quotes a backslash escapes the quote or itself.
-                    j, buf = i + 1, []
-                    while j < n and text[j] != '"':
-                        if text[j] == "\\" and j + 1 < n and text[j + 1] in '"\\':
-                            j += 1
-                        buf.append(text[j])
-                        j += 1
-                    out.append("".join(buf))
-                    i = j + 1
+                end, value = _quoted(text, i)
+                if end is not None:
+                    quoted = True
+                    out.append(value)
+                    i = end
                     continue
-                if close < 0:
-                    out.append(text[i + 1 :])
-                    i = n
-                else:
-                    out.append(text[i + 1 : close])
-                    i = close + 1
-                continue
+                # An unmatched quote is just a character (e.g. an apostrophe).
             if ch == "\\" and i + 1 < n:
                 out.append(text[i + 1])
                 i += 2
