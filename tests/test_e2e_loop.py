@@ -82,12 +82,14 @@ def whole_request(req: fakeapi.Request) -> str:
     return json.dumps(req.body["messages"], ensure_ascii=False)
 
 
-def all_user_text(req: fakeapi.Request) -> str:
-    """Every text block of every user message of a request (the start command's
-    expansion and the hook's additionalContext included)."""
+def prompt_context(req: fakeapi.Request) -> str:
+    """Every text of the request's user and system messages: the start command's
+    expansion, and the UserPromptSubmit hook's additionalContext (Claude Code
+    2.1.197 sends it in a ``system`` message: "UserPromptSubmit hook additional
+    context: ...")."""
     parts = []
     for message in req.body["messages"]:
-        if message["role"] != "user":
+        if message["role"] not in ("user", "system"):
             continue
         content = message["content"]
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
@@ -131,8 +133,8 @@ def test_loop_ends_on_sentinel_after_three_iterations(claude, project):
     assert len(requests) == 3, res.describe()
     assert res.server.remaining == 0
     # the start announcement (added by the UserPromptSubmit hook) reached the model
-    first = all_user_text(requests[0])
-    assert 'loopwright: loop "prompt" started' in first and "loop-nonce: lw-" in first
+    first = prompt_context(requests[0])
+    assert 'additional context: loopwright: loop "prompt" started' in first and "loop-nonce: lw-" in first
     assert f"<goal>\n{goal}\n</goal>" in first
     assert FEEDBACK not in requests[0].last_user_text()
     # iterations 2 and 3 began with the next prompt carrying the status line and the goal
@@ -237,7 +239,8 @@ def test_other_session_is_not_touched_by_the_loop(claude, project):
     assert not any(is_block(a) for a in stop_answers(res_b))
     assert all(a is None for a in stop_answers(res_b)), stop_answers(res_b)  # silent pass-through
     assert res_b.result_text == "It is a test project."
-    assert "loopwright" not in whole_request(conv(res_b)[0])
+    seen_by_b = whole_request(conv(res_b)[0])
+    assert "loop-nonce" not in seen_by_b and "[loopwright]" not in seen_by_b and FEEDBACK not in seen_by_b
 
     after = claude.loops()["prompt"]
     assert (after["status"], after["owner_session"]) == ("active", sid_a)
@@ -324,7 +327,7 @@ def test_shell_metacharacters_in_goal_are_verbatim(claude, project, tmp_path, fo
     prompts = feedback_prompts(res)
     assert len(prompts) == 1
     assert f"<goal>\n{expected}\n</goal>" in prompts[0]
-    first = all_user_text(conv(res)[0])
+    first = prompt_context(conv(res)[0])
     assert f"<goal>\n{expected}\n</goal>" in first  # the start announcement
     assert cfg["outcome"] == "MAX_ITERATIONS"
 

@@ -313,6 +313,20 @@ def teardown(obj: Ctx, name, force) -> None:
     click.echo(f"loopwright: removed loop {paths.name}.")
 
 
+@main.command()
+@click.pass_obj
+def doctor(obj: Ctx) -> None:
+    """Check the interpreter, packages, hook wiring, competing Stop hooks and loop state."""
+    from . import doctor as checkup
+
+    checks = checkup.run(obj.state)
+    for c in checks:
+        click.echo(f"[{c.level:>4}] {c.what}: {c.detail}")
+    failed = [c for c in checks if c.level == checkup.FAIL]
+    click.echo(f"{len(failed)} problem(s) found." if failed else "All checks passed.")
+    sys.exit(1 if failed else 0)
+
+
 def run() -> None:
     """Console entry point."""
     main(prog_name="loopwright")
