@@ -97,6 +97,16 @@ def prompt_context(req: fakeapi.Request) -> str:
     return "\n".join(parts)
 
 
+def assert_blocks_honoured(res) -> None:
+    """Every block loopwright answered led to a next turn: Claude Code's block
+    cap never overrode it (an overridden block has no feedback request)."""
+    blocks = [a for a in stop_answers(res) if is_block(a)]
+    prompts = feedback_prompts(res)
+    assert len(prompts) == len(blocks), (len(prompts), len(blocks))
+    for answer, prompt in zip(blocks, prompts):
+        assert answer["reason"] in prompt
+
+
 def ok(res) -> None:
     assert res.returncode == 0, res.describe()
     assert not res.server.exhausted_requests, "the CLI asked for more turns than scripted\n" + res.describe()
@@ -240,7 +250,8 @@ def test_other_session_is_not_touched_by_the_loop(claude, project):
     assert all(a is None for a in stop_answers(res_b)), stop_answers(res_b)  # silent pass-through
     assert res_b.result_text == "It is a test project."
     seen_by_b = whole_request(conv(res_b)[0])
-    assert "loop-nonce" not in seen_by_b and "[loopwright]" not in seen_by_b and FEEDBACK not in seen_by_b
+    assert loop_json(project)["nonce"] not in seen_by_b
+    assert "Keep polishing the docs" not in seen_by_b and FEEDBACK not in seen_by_b
 
     after = claude.loops()["prompt"]
     assert (after["status"], after["owner_session"]) == ("active", sid_a)
@@ -423,6 +434,7 @@ def test_block_cap_pauses_and_next_message_resumes(claude, project):
     assert [is_block(a) for a in answers] == [True, True, True, False], answers
     assert "paused after iteration 4" in answers[3]["systemMessage"]
     assert "block cap" in answers[3]["systemMessage"]
+    assert_blocks_honoured(res)
     status = claude.loops()["prompt"]
     assert (status["status"], status["paused"], status["iteration"]) == ("active", True, 5)
     assert history(project)[-1]["outcome"] == "paused"
@@ -455,6 +467,36 @@ def test_block_cap_pauses_and_next_message_resumes(claude, project):
     assert [(p["after_iteration"], p["why"]) for p in final["pauses"]] == [(4, "block-cap")]
     assert "Pauses: after iteration 4 (block-cap)" in (loop_dir(project) / "report.md").read_text()
     assert any(j["event"] == "resume" and j.get("why") == "block-cap" for j in journal(project))
+
+
+@pytest.mark.parametrize(
+    "cap, script, used_tool",
+    [
+        # default cap (8): eight blocks in a row are honoured, the ninth Stop pauses
+        (None, [fakeapi.text(f"t{i}") for i in range(1, 10)], [False] * 9),
+        # cap 2 with a tool call in iteration 2: the count restarts there
+        ("2", [fakeapi.text("t1"), fakeapi.bash("true"), fakeapi.text("t2"), fakeapi.text("t3"), fakeapi.text("t4")],
+         [False, True, False, False]),
+    ],
+    ids=["default-cap", "cap-2-after-tool-turn"],
+)
+def test_block_cap_counting_matches_claude_code(claude, project, cap, script, used_tool):
+    iterations = len(used_tool)
+    res = claude.run(
+        '/loopwright:loop "Count blocks" --max-iterations 30 --completion-promise DONE',
+        script + [fakeapi.text("MUST NOT BE SENT")],
+        env={"CLAUDE_CODE_STOP_HOOK_BLOCK_CAP": cap} if cap else None,
+    )
+    assert res.returncode == 0, res.describe()
+    assert res.server.remaining == 1, res.describe()
+    answers = stop_answers(res)
+    assert [is_block(a) for a in answers] == [True] * (iterations - 1) + [False], answers
+    assert f"paused after iteration {iterations}" in answers[-1]["systemMessage"]
+    assert_blocks_honoured(res)
+    hist = history(project)
+    assert [h["used_tool"] for h in hist] == used_tool
+    assert [h["outcome"] for h in hist] == ["continued"] * (iterations - 1) + ["paused"]
+    assert claude.loops()["prompt"]["status"] == "active"
 
 
 # --------------------------------------------------------------------------

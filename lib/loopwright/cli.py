@@ -51,6 +51,12 @@ class Group(click.Group):
             fail(str(exc))
         except OSError as exc:
             fail(f"{exc.strerror or exc} ({exc.filename or 'file'}); check the path and its permissions")
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get("LOOPWRIGHT_DEBUG") == "1":
+                raise
+            fail(f"internal error ({type(exc).__name__}: {exc}); rerun with LOOPWRIGHT_DEBUG=1 for the traceback")
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -298,7 +304,7 @@ def teardown(obj: Ctx, name, force) -> None:
     paths = control.pick_loop(obj.state, name, None, active_only=False)
     with loops.loop_mutex(paths):
         try:
-            loop = loops.loadcontrol.config(paths)
+            loop = loops.load_config(paths)
         except store.CorruptFile:
             loop = None
         if loop and loop.get("status") == loops.ACTIVE and not force:
