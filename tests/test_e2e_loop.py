@@ -128,7 +128,7 @@ def loopwright(project: Path, *args: str, session: str | None = None) -> subproc
 def test_loop_ends_on_sentinel_after_three_iterations(claude, project):
     goal = "Write the greeting module"
     res = claude.run(
-        f'/loopwright:loop "{goal}" --max-iterations 5 --completion-promise DONE',
+        f'/loopwright:loop "{goal}" --max-iterations 3 --completion-promise DONE',
         [
             fakeapi.text("Iteration one: sketched the module."),
             fakeapi.text("Iteration two: wrote the tests."),
@@ -138,6 +138,8 @@ def test_loop_ends_on_sentinel_after_three_iterations(claude, project):
     ok(res)
     sid = res.session_id
 
+    # completion is checked before the iteration budget: the third and last
+    # allowed iteration ends the loop as done, not as MAX_ITERATIONS
     # the real client made exactly three conversation requests, one per iteration
     requests = conv(res)
     assert len(requests) == 3, res.describe()
@@ -151,7 +153,7 @@ def test_loop_ends_on_sentinel_after_three_iterations(claude, project):
     for n, req in ((2, requests[1]), (3, requests[2])):
         text = req.last_user_text()
         assert text.lstrip().startswith(FEEDBACK), text
-        assert f"iteration {n} of 5" in text
+        assert f"iteration {n} of 3" in text
         assert f"<goal>\n{goal}\n</goal>" in text
         assert "<promise>DONE</promise>" in text
 
@@ -159,8 +161,8 @@ def test_loop_ends_on_sentinel_after_three_iterations(claude, project):
     answers = stop_answers(res)
     assert len(answers) == 3, answers
     assert is_block(answers[0]) and is_block(answers[1])
-    assert "iteration 2/5" in answers[0]["systemMessage"]
-    assert "iteration 3/5" in answers[1]["systemMessage"]
+    assert "iteration 2/3" in answers[0]["systemMessage"]
+    assert "iteration 3/3" in answers[1]["systemMessage"]
     assert not is_block(answers[2])
     assert "ended: LOOP_DONE" in answers[2]["systemMessage"]
     assert res.result_text.endswith("<promise>DONE</promise>")
@@ -173,7 +175,7 @@ def test_loop_ends_on_sentinel_after_three_iterations(claude, project):
     assert [h["outcome"] for h in hist] == ["continued", "continued", "LOOP_DONE"]
     assert all(h["session"] == sid for h in hist)
     report = (loop_dir(project) / "report.md").read_text()
-    assert "**LOOP_DONE**" in report and "Iterations: 3 of 5" in report
+    assert "**LOOP_DONE**" in report and "Iterations: 3 of 3" in report
     assert not (project / ".loopwright" / "active" / "prompt").exists()
     assert not (loop_dir(project) / "loop.lock").exists()
     status = claude.loops()["prompt"]
@@ -246,8 +248,7 @@ def test_other_session_is_not_touched_by_the_loop(claude, project):
     assert res_b.session_id == sid_b
     assert len(conv(res_b)) == 1, res_b.describe()
     assert res_b.server.remaining == 0
-    assert not any(is_block(a) for a in stop_answers(res_b))
-    assert all(a is None for a in stop_answers(res_b)), stop_answers(res_b)  # silent pass-through
+    assert stop_answers(res_b) == [None]  # B's one Stop passed through silently: no block, no note
     assert res_b.result_text == "It is a test project."
     seen_by_b = whole_request(conv(res_b)[0])
     assert loop_json(project)["nonce"] not in seen_by_b
@@ -307,11 +308,11 @@ def _nasty(tmp: Path) -> str:
     return (
         f"Fix the \"parser\" bug; it's `touch {tmp}/pwned2` and $(touch {tmp}/pwned1) | tee /dev/null\n"
         f"second line & echo 'single' > {tmp}/pwned3\n"
-        f"  third line with $HOME and ${{PATH}} \\n and a trailing backslash \\"
+        f"  third line with $HOME, ${{PATH}}, a literal \\n and a backslash \\ in it; {{}} [x] * ? ~ # ! %"
     )
 
 
-@pytest.mark.parametrize("form", ["raw", "double-quoted"])
+@pytest.mark.parametrize("form", ["raw", "raw-trailing-options", "double-quoted"])
 def test_shell_metacharacters_in_goal_are_verbatim(claude, project, tmp_path, form):
     bait = tmp_path / "bait"
     bait.mkdir()
@@ -319,6 +320,9 @@ def test_shell_metacharacters_in_goal_are_verbatim(claude, project, tmp_path, fo
     if form == "raw":
         # Not one quoted string: slashargs keeps the text exactly as typed.
         command = f"/loopwright:loop --max-iterations 2 --completion-promise DONE {nasty}"
+        expected = nasty
+    elif form == "raw-trailing-options":
+        command = f"/loopwright:loop {nasty} --max-iterations 2 --completion-promise DONE"
         expected = nasty
     else:
         # One double-quoted string: slashargs removes the surrounding quotes (and,
@@ -366,7 +370,7 @@ def test_cancel_mid_loop_from_the_agent(claude, project):
     assert [b["content"] for b in res.tool_results if "CANCELLED" in str(b["content"])], res.tool_results
     answers = stop_answers(res)
     assert is_block(answers[0])
-    assert not any(is_block(a) for a in answers[1:]), answers
+    assert answers[1:] == [None], answers  # after the cancel the Stop hook lets the session stop
     assert len(feedback_prompts(res)) == 1
     assert res.result_text == "I cancelled the loop."
 
@@ -531,3 +535,78 @@ def test_cancel_command_ends_a_paused_loop(claude, project):
     assert (cfg["status"], cfg["outcome"]) == ("ended", "CANCELLED")
     assert (loop_dir(project) / "cancelled").exists()
     assert [h["iteration"] for h in history(project)] == [1, 2]
+
+
+# --------------------------------------------------------------------------
+# 10. /loopwright:resume in a new session takes over a loop whose session ended
+# --------------------------------------------------------------------------
+
+
+def test_resume_command_takes_over_in_a_new_session(claude, project):
+    sid_a, sid_c = str(uuid.uuid4()), str(uuid.uuid4())
+    res = claude.run(
+        '/loopwright:loop "Port the scripts" --max-iterations 10 --completion-promise DONE',
+        [fakeapi.text("A1"), fakeapi.text("A2")],
+        session_id=sid_a,
+        env={"CLAUDE_CODE_STOP_HOOK_BLOCK_CAP": "1"},
+    )
+    ok(res)
+    assert [is_block(a) for a in stop_answers(res)] == [True, False]
+    assert claude.loops()["prompt"]["paused"] is True
+
+    # session A's process is gone, so its lock is stale: a new session may take over
+    res2 = claude.run(
+        "/loopwright:resume",
+        [fakeapi.text("C3: picking up."), fakeapi.text("Ported and checked.\n<promise>DONE</promise>")],
+        session_id=sid_c,
+    )
+    ok(res2)
+    assert len(conv(res2)) == 2, res2.describe()
+    assert 'loop "prompt" resumed' in prompt_context(conv(res2)[0])
+    answers = stop_answers(res2)
+    assert [is_block(a) for a in answers] == [True, False], answers
+    assert "iteration 4/10" in answers[0]["systemMessage"]
+    assert "ended: LOOP_DONE" in answers[1]["systemMessage"]
+
+    status = claude.loops()["prompt"]
+    assert (status["outcome"], status["owner_session"], status["iteration"]) == ("LOOP_DONE", sid_c, 4)
+    hist = history(project)
+    assert [(h["iteration"], h["session"]) for h in hist] == [(1, sid_a), (2, sid_a), (3, sid_c), (4, sid_c)]
+    takeovers = [j for j in journal(project) if j["event"] == "resume" and "previous_owner" in j]
+    assert [(j["session"], j["previous_owner"]) for j in takeovers] == [(sid_c, sid_a)]
+
+
+def test_second_loop_in_the_same_session_is_refused(claude, project):
+    sid = str(uuid.uuid4())
+    started = loopwright(project, "start", "--session", sid, "--max-iterations", "5", "--completion-promise", "DONE", "First goal")
+    assert started.returncode == 0, started.stderr
+    res = claude.run(
+        '/loopwright:loop "Second goal" --max-iterations 3 --completion-promise DONE',
+        [fakeapi.text("MUST NOT BE SENT")],
+        session_id=sid,
+    )
+    assert conv(res) == [], res.describe()
+    answers = [json.loads(e["stdout"]) for e in res.hook_events("UserPromptSubmit", "hook_response") if e.get("stdout", "").strip()]
+    assert len(answers) == 1 and answers[0]["decision"] == "block", answers
+    assert "already runs loop prompt" in answers[0]["reason"]
+    assert not any(is_block(a) for a in stop_answers(res))
+    loops_now = claude.loops()
+    assert list(loops_now) == ["prompt"]
+    assert (loops_now["prompt"]["status"], loops_now["prompt"]["iteration"]) == ("active", 1)
+    assert loops_now["prompt"]["prompt"] == "First goal"
+    assert history(project) == []
+
+
+def test_wall_clock_budget_ends_the_loop(claude, project):
+    res = claude.run(
+        '/loopwright:loop "Anything" --max-iterations 10 --max-minutes 0.0005 --completion-promise DONE',
+        [fakeapi.text("Started."), fakeapi.text("MUST NOT BE SENT")],
+    )
+    assert res.returncode == 0, res.describe()
+    assert len(conv(res)) == 1 and res.server.remaining == 1, res.describe()
+    answers = stop_answers(res)
+    assert len(answers) == 1 and not is_block(answers[0])
+    assert "ended: BUDGET_EXHAUSTED:minutes" in answers[0]["systemMessage"]
+    cfg = loop_json(project)
+    assert (cfg["status"], cfg["outcome"]) == ("ended", "BUDGET_EXHAUSTED:minutes")
+    assert [h["stop_conditions_fired"] for h in history(project)] == [["wall_clock_budget"]]
