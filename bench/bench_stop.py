@@ -79,7 +79,7 @@ def active_project(root: Path, name: str, transcript: Path) -> tuple[Path, bytes
     subprocess.run([str(CLI), "-C", str(project), "start", "--session", "BENCH", "--max-iterations", "1000000",
                     "--max-minutes", "100000", "benchmark goal"], env=env_for(None), check=True, stdout=subprocess.DEVNULL)
     event = json.dumps({"session_id": "BENCH", "transcript_path": str(transcript), "cwd": str(project),
-                        "stop_hook_active": True, "last_assistant_message": "still working"}).encode()
+                        "stop_hook_active": True, "last_assistant_message": "w" * 2000}).encode()
     # One tick to settle the cursor at the end: later ticks read only what is new.
     subprocess.run([str(STOP)], input=event, env=env_for(project), check=True, stdout=subprocess.DEVNULL)
     return project, event

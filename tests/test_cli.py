@@ -118,7 +118,7 @@ def test_cancel_is_a_tombstone(project):
     res = lw(project, "cancel", "--reason", "changed my mind")
     assert res.returncode == 0 and "CANCELLED" in res.stdout
     assert stop(project) is None
-    one_line_error(lw(project, "resume", "prompt", "--session", "S1"), "has ended (CANCELLED)")
+    one_line_error(lw(project, "resume", "prompt", "--session", "S1"), "was cancelled; a cancelled loop stays ended")
     report = (project / ".loopwright/loops/prompt/report.md").read_text()
     assert "CANCELLED" in report and "changed my mind" in report
     # A later cancel says so and changes nothing.
@@ -129,7 +129,7 @@ def test_cancel_is_a_tombstone(project):
 def test_resume_refuses_a_live_owner_and_takes_over_a_dead_one(project):
     lw(project, "start", "--session", "S1", "goal")
     lock = project / ".loopwright/loops/prompt/loop.lock"
-    one_line_error(lw(project, "resume", "--session", "S2"), "which is alive")
+    one_line_error(lw(project, "resume", "--session", "S2"), "Previous iteration 1 still active")
     data = json.loads(lock.read_text())
     data["pid"] = 999_999_999  # a process that does not exist
     lock.write_text(json.dumps(data))

@@ -18,7 +18,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from loopwright import hook
 raw = json.dumps({"session_id": "S1", "transcript_path": sys.argv[2], "cwd": sys.argv[3],
-                  "stop_hook_active": True, "last_assistant_message": "working"}).encode()
+                  "stop_hook_active": True}).encode()
 while True:
     hook.handle(raw)
 """

@@ -174,3 +174,29 @@ def test_any_split_into_ticks_counts_the_same_as_one_read(tmp_path_factory, mess
             for k, v in counts.items():
                 slot[k] += v
     assert totals == expected
+
+
+def stamped(entry, ts):
+    return dict(entry, timestamp=ts)
+
+
+def test_rewritten_transcript_does_not_count_old_messages_twice(tmp_path):
+    t = tmp_path / "t.jsonl"
+    old = [stamped(assistant(f"m{i}", [{"type": "text", "text": "x" * 40}]), f"2026-11-22T10:00:0{i}.000Z") for i in range(3)]
+    write(t, *old)
+    first = read_increment(str(t), Cursor(offset=0))
+    assert first.usage["claude-sonnet-4-5"]["input_tokens"] == 30
+    # The file is rewritten shorter, keeping one old message and adding a new one.
+    write(t, old[2], stamped(assistant("m9", [{"type": "text", "text": "new"}]), "2026-11-22T10:05:00.000Z"), mode="w")
+    again = read_increment(str(t), first.cursor)
+    assert again.usage["claude-sonnet-4-5"]["input_tokens"] == 10  # only the new message
+
+
+def test_a_new_transcript_file_skips_copies_of_counted_messages(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    msg = stamped(assistant("m1", [{"type": "text", "text": "a"}]), "2026-11-22T10:00:00.000Z")
+    write(a, msg)
+    cur = read_increment(str(a), Cursor(offset=0)).cursor
+    write(b, msg, stamped(assistant("m2", [{"type": "text", "text": "b"}]), "2026-11-22T10:01:00.000Z"))
+    inc = read_increment(str(b), cur)
+    assert inc.usage["claude-sonnet-4-5"]["input_tokens"] == 10

@@ -73,28 +73,31 @@ def main(ctx: click.Context, project: str | None) -> None:
 @main.command()
 @click.argument("prompt", nargs=-1)
 @click.option("--max-iterations", type=int, help="Iterations allowed (prompt mode default: 20).")
-@click.option("--max-minutes", type=float, help="Wall-clock minutes allowed (default: 60).")
-@click.option("--max-tokens", type=int, help="Tokens allowed (input + output), counted from the transcript.")
+@click.option("--max-minutes", type=float, help="Wall-clock minutes allowed, from the recorded start (default: 60).")
+@click.option("--max-tokens", type=int, help="Input + output tokens allowed, counted from the transcript.")
 @click.option("--max-dollars", type=float, help="Dollar ceiling (default 25; 0 tracks spend without a limit).")
+@click.option("--max-prs", type=int, help="Distinct PRs the loop may touch (work mode; default 20 there).")
 @click.option("--completion-promise", default=None, help='Sentinel text: the agent ends with <promise>TEXT</promise> (default "LOOP COMPLETE").')
 @click.option("--name", help="Loop name (default: the mode, made unique).")
-@click.option("--session", help="Claude Code session id that owns the loop (slash commands pass ${CLAUDE_SESSION_ID}).")
+@click.option("--lock", "lock_mode", type=click.Choice(["skip", "wait", "force"]), help="What resuming does against a live owner (default: skip).")
+@click.option("--gates", "gate_policy", type=click.Choice(["ask", "continue", "stop"]), help="Gate policy: ask the user (default), or decide unattended.")
+@click.option("--budget-file", type=click.Path(dir_okay=False), help="Keep budget.json at this path instead of the loop directory.")
+@click.option("--session", help="Claude Code session id that owns the loop (default: $CLAUDE_CODE_SESSION_ID).")
 @click.option("--prompt-file", type=click.File("r"), help="Read the goal from a file ('-' for stdin).")
 @click.option("--args-stdin", is_flag=True, help="Read the raw slash-command argument text from stdin (goal and options together).")
 @click.pass_obj
-def start(obj: Ctx, prompt, max_iterations, max_minutes, max_tokens, max_dollars, completion_promise, name, session, prompt_file, args_stdin) -> None:
+def start(obj: Ctx, prompt, session, prompt_file, args_stdin, **options) -> None:
     """Start a loop in this project: the session keeps working on PROMPT until done or out of budget."""
     session = starting.clean_session(session) or _env_session()
     if args_stdin:
         text = sys.stdin.read()
-        # The heredoc adds one trailing newline; the user's own text is kept as is.
+        # A heredoc adds one trailing newline; the user's own text is kept as is.
         req = starting.request_from_args_text(text[:-1] if text.endswith("\n") else text, session)
     else:
         goal = prompt_file.read() if prompt_file else " ".join(prompt)
         req = starting.StartRequest(prompt=goal.strip("\n") if prompt_file else goal, session=session)
     # Command-line options win over those inside the argument text.
-    for attr, value in (("max_iterations", max_iterations), ("max_minutes", max_minutes), ("max_tokens", max_tokens),
-                        ("max_dollars", max_dollars), ("completion_promise", completion_promise), ("name", name)):
+    for attr, value in options.items():
         if value is not None:
             setattr(req, attr, value)
     paths, loop = starting.start(obj.state, req)
@@ -106,8 +109,9 @@ def start(obj: Ctx, prompt, max_iterations, max_minutes, max_tokens, max_dollars
 
 def loop_summary(paths: loops.LoopPaths) -> dict:
     cfg = control.config(paths)
+    paths.configured(cfg)
     try:
-        budget = store.read_json(paths.budget) or {}
+        budget = store.read_json(paths.budget, move_corrupt=False) or {}
     except store.CorruptFile as exc:
         budget = {"_problem": str(exc)}
     used = int(budget.get("iterations_used", 0))
@@ -119,22 +123,39 @@ def loop_summary(paths: loops.LoopPaths) -> dict:
         "status": loops.ACTIVE if active else loops.ENDED,
         "outcome": cfg.get("outcome"),
         "iteration": used + 1 if active else used,
-        "max_iterations": cfg.get("max_iterations"),
+        "max_iterations": budget.get("max_iterations", cfg.get("max_iterations")),
         "owner_session": cfg.get("owner_session"),
         "started_at": cfg.get("started_at"),
         "ended_at": cfg.get("ended_at"),
         "last_reason": cfg.get("end_reason") if not active else r.get("last_reason"),
         "minutes_elapsed": budget.get("minutes_elapsed", 0.0),
-        "max_minutes": cfg.get("max_minutes"),
+        "max_minutes": budget.get("max_minutes", cfg.get("max_minutes")),
         "tokens_in": budget.get("tokens_in", 0),
         "tokens_out": budget.get("tokens_out", 0),
-        "max_tokens": cfg.get("max_tokens"),
+        "max_tokens": budget.get("max_tokens", cfg.get("max_tokens")),
+        "dollars_estimate": budget.get("dollars_estimate", 0.0),
+        "max_dollars": budget.get("max_dollars", cfg.get("max_dollars")),
+        "rate_table_source": budget.get("rate_table_source"),
+        "unknown_models": budget.get("unknown_models") or [],
+        "prs_touched": budget.get("prs_touched") or [],
+        "max_prs": budget.get("max_prs", cfg.get("max_prs")),
+        "pending_gates": [g["name"] for g in budget.get("pending_gates") or [] if not g.get("answer")],
+        "gates": budget.get("gates_log") or [],
         "pauses": r.get("pauses") or [],
         "paused": active and r.get("last_action") == router.PAUSE,
         "paused_at": r.get("paused_at") if active and r.get("last_action") == router.PAUSE else None,
         "prompt": cfg.get("prompt"),
         "report": str(paths.report) if paths.report.exists() else None,
     }
+
+
+def _spend_line(s: dict) -> str:
+    parts = [f"time {s['minutes_elapsed']:.1f}/{s['max_minutes']:g} min",
+             f"tokens {s['tokens_in'] + s['tokens_out']}" + (f"/{s['max_tokens']}" if s["max_tokens"] else ""),
+             f"spend ${s['dollars_estimate']:,.2f}" + (f"/${float(s['max_dollars']):,.2f}" if s["max_dollars"] else " (no limit)")]
+    if s["max_prs"] or s["prs_touched"]:
+        parts.append(f"PRs {len(s['prs_touched'])}" + (f"/{s['max_prs']}" if s["max_prs"] else ""))
+    return " · ".join(parts)
 
 
 def _lock_line(paths: loops.LoopPaths) -> str:
@@ -173,21 +194,27 @@ def status(obj: Ctx, name: str | None, as_json: bool) -> None:
     for s in summaries:
         paths = loops.LoopPaths(state, s["name"])
         if s["status"] == loops.ACTIVE:
-            click.echo(f"{s['name']}: active ({s['mode']} mode), iteration {s['iteration']}/{s['max_iterations']}, "
-                       f"{s['minutes_elapsed']:.1f}/{s['max_minutes']:g} min, {s['tokens_in'] + s['tokens_out']} tokens")
+            click.echo(f"{s['name']}: active ({s['mode']} mode), iteration {s['iteration']}/{s['max_iterations']}")
             click.echo(f"  owner session: {s['owner_session'] or 'none yet (waiting for adoption)'}")
-            if s["paused"]:
-                click.echo(f"  PAUSED since {s['paused_at']}: Claude Code's block cap ended the turn after "
-                           f"iteration {s['iteration'] - 1}; send any message in that session, or /loopwright:resume")
             click.echo(f"  {_lock_line(paths)}")
+            if s["paused"]:
+                click.echo(f"  PAUSED since {s['paused_at']}: {s['last_reason']}; send any message in that session, or /loopwright:resume")
+            if s["pending_gates"]:
+                click.echo(f"  waiting for the user's answer to gate(s): {', '.join(s['pending_gates'])} "
+                           "(/loopwright:answer <gate> <option>)")
         else:
-            click.echo(f"{s['name']}: ended {s['outcome']} after {s['iteration']}/{s['max_iterations']} iterations "
-                       f"({s['minutes_elapsed']:.1f} min, {s['tokens_in'] + s['tokens_out']} tokens)")
-        if s["last_reason"]:
+            click.echo(f"{s['name']}: ended {s['outcome']} after {s['iteration']}/{s['max_iterations']} iterations")
+        click.echo("  " + _spend_line(s))
+        if s["last_reason"] and not s["paused"]:
             click.echo(f"  last decision: {s['last_reason']}")
         for p in s["pauses"]:
-            what = ("Claude Code's block cap ended the turn" if p["why"] == "block-cap" else "the session stopped (interrupt)")
+            what = {"block-cap": "Claude Code's block cap ended the turn", "gate": "it waited for a gate answer"}.get(
+                p["why"], "the session stopped (interrupt)")
             click.echo(f"  paused after iteration {p['after_iteration']}: {what}; resumed {p['resumed_at']}")
+        for g in s["gates"]:
+            click.echo(f"  gate {g['name']} (iteration {g.get('iteration')}): {g['answer']} ({g.get('by')})")
+        if s["unknown_models"]:
+            click.echo(f"  models without a known price (charged at the highest rate): {', '.join(s['unknown_models'])}")
         if s["report"]:
             click.echo(f"  report: {s['report']}")
     for p in problems:
@@ -269,11 +296,19 @@ def cancel(obj: Ctx, name, session, reason) -> None:
 @main.command()
 @click.argument("name", required=False)
 @click.option("--session", help="The session that takes the loop over (default: $CLAUDE_CODE_SESSION_ID).")
+@click.option("--lock", "lock_mode", type=click.Choice(["skip", "wait", "force"]), help="When a live session holds the loop: skip (refuse, the default), wait until it is free, or force (after the force-unlock gate).")
+@click.option("--max-iterations", type=int, help="Raise the iteration ceiling (ceilings change only when you say so).")
+@click.option("--max-minutes", type=float, help="Raise the wall-clock ceiling.")
+@click.option("--max-tokens", type=int, help="Raise the token ceiling.")
+@click.option("--max-dollars", type=float, help="Raise the dollar ceiling.")
+@click.option("--max-prs", type=int, help="Raise the PR ceiling (work mode).")
 @click.pass_obj
-def resume(obj: Ctx, name, session) -> None:
-    """Continue an active loop in this session: after an interrupt, the block cap, or when its session died."""
-    _, loop = control.resume(obj.state, name, starting.clean_session(session) or _env_session())
-    click.echo(starting.announcement(loop, verb="resumed"))
+def resume(obj: Ctx, name, session, lock_mode, **ceilings) -> None:
+    """Continue a loop in this session: after an interrupt or the block cap, when its session
+    died (counters come back from the last history line), or after a budget ran out (with a
+    higher ceiling)."""
+    res = control.resume(obj.state, name, starting.clean_session(session) or _env_session(), lock_mode=lock_mode, raise_to=ceilings)
+    click.echo(starting.resumed_note(res))
 
 
 @main.command("release-lock")
@@ -331,6 +366,113 @@ def doctor(obj: Ctx) -> None:
     failed = [c for c in checks if c.level == checkup.FAIL]
     click.echo(f"{len(failed)} problem(s) found." if failed else "All checks passed.")
     sys.exit(1 if failed else 0)
+
+
+# --- iteration reports, gates, history -------------------------------------------------------------
+
+
+@main.command("report")
+@click.option("--outcome", type=click.Choice(list(control.OUTCOMES)), required=True, help="How this iteration went.")
+@click.option("--pr", "prs", multiple=True, help="A PR this iteration touched (142 or #142); repeat for several.")
+@click.option("--comments", type=int, help="Review comments and replies pushed.")
+@click.option("--merges", type=int, help="Merge API calls attempted.")
+@click.option("--agents", type=int, help="Workers/reviewers/responders dispatched.")
+@click.option("--root-cause", help="Why it failed (required with --outcome failure); the same cause twice in a row fires the repeated-failure gate.")
+@click.option("--item", help="The issue or PR the outcome is about, e.g. #44.")
+@click.option("--external-error", help="An external service error, e.g. 'qmd-unreachable'.")
+@click.option("--exit-code", type=int, help="Exit code of the wrapped command (78 means the external service was unreachable).")
+@click.option("--tracked-pr", "tracked", multiple=True, metavar="N:BRANCH:START_SHA:END_SHA:STATE", help="A PR's state for the resume contract; repeatable.")
+@click.option("--worktree", "worktrees", multiple=True, metavar="PATH:BRANCH:SHA", help="A worktree this iteration left on disk; repeatable.")
+@click.option("--task", help="The task these tokens belong to (token ledger).")
+@click.option("--note", help="Free text for the journal.")
+@click.option("--loop", "name", help="The loop (default: this session's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the recorded entry as JSON.")
+@click.pass_obj
+def report_cmd(obj: Ctx, outcome, prs, comments, merges, agents, root_cause, item, external_error, exit_code, tracked,
+               worktrees, task, note, name, as_json) -> None:
+    """Report what this iteration did; the next Stop folds it into the budget and history."""
+    entry = {
+        "outcome": outcome, "prs": [control.parse_pr(p) for p in prs], "comments": comments, "merges": merges,
+        "agents": agents, "root_cause": root_cause, "item": item, "external_error": external_error,
+        "exit_code": exit_code, "tracked_prs": [control.parse_tracked_pr(t) for t in tracked],
+        "worktrees": [control.parse_worktree(w) for w in worktrees] if worktrees else None, "task": task, "note": note,
+    }
+    paths, record = control.record_report(obj.state, name, _env_session(), entry)
+    if as_json:
+        click.echo(orjson.dumps(record).decode())
+    else:
+        click.echo(f"loopwright: iteration {record['iteration']} report recorded for loop {paths.name}; it is counted when this turn ends.")
+
+
+@main.group()
+def gate() -> None:
+    """Gates: decisions the loop waits for (budget escalation, force-unlock, repeated failure)."""
+
+
+@gate.command("answer")
+@click.argument("gate_name", metavar="GATE")
+@click.argument("answer", metavar="OPTION")
+@click.option("--loop", "name", help="The loop (default: this session's, or the only one).")
+@click.option("--max-iterations", type=int, help="With 'budget-escalation raise': the new iteration ceiling.")
+@click.option("--max-minutes", type=float, help="With 'budget-escalation raise': the new minutes ceiling.")
+@click.option("--max-tokens", type=int, help="With 'budget-escalation raise': the new token ceiling.")
+@click.option("--max-dollars", type=float, help="With 'budget-escalation raise': the new dollar ceiling.")
+@click.option("--max-prs", type=int, help="With 'budget-escalation raise': the new PR ceiling.")
+@click.pass_obj
+def gate_answer(obj: Ctx, gate_name, answer, name, **raise_to) -> None:
+    """Record the user's answer to a waiting gate, verbatim."""
+    click.echo(control.answer_gate(obj.state, name, _env_session(), gate_name, answer, raise_to))
+
+
+@gate.command("list")
+@click.option("--loop", "name", help="The loop (default: this session's, or the only one).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def gate_list(obj: Ctx, name, as_json) -> None:
+    """Gates waiting for an answer."""
+    paths = control.pick_loop(obj.state, name, _env_session(), active_only=False)
+    cfg = control.config(paths)
+    budget = store.read_json(paths.configured(cfg).budget, move_corrupt=False) or {}
+    waiting = [g for g in budget.get("pending_gates") or [] if not g.get("answer")]
+    if as_json:
+        click.echo(orjson.dumps({"loop": paths.name, "gates": waiting}).decode())
+        return
+    if not waiting:
+        click.echo(f"loop {paths.name}: no gate is waiting.")
+    for g in waiting:
+        click.echo(f"{g['name']}: {g['question']} (options: {', '.join(g['options'])})")
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per iteration.")
+@click.option("--last", type=int, help="Only the last N iterations.")
+@click.pass_obj
+def history(obj: Ctx, name, as_json, last) -> None:
+    """One row per iteration: outcome, tokens, dollars, gates."""
+    paths = control.pick_loop(obj.state, name, _env_session(), active_only=False)
+    records, problems = store.read_jsonl(paths.history)
+    if last:
+        records = records[-last:]
+    if as_json:
+        for r in records:
+            click.echo(orjson.dumps(r).decode())
+    else:
+        click.echo(f"{'iter':>4}  {'outcome':<26}{'tokens in':>10}{'out':>8}{'dollars':>10}  gates")
+        for r in records:
+            gates_text = "; ".join(f"{g['name']}={g.get('answer')}" for g in r.get("gates") or [])
+            click.echo(f"{r.get('iteration', '?'):>4}  {str(r.get('outcome')):<26}{r.get('tokens_in_this_iter', 0):>10}"
+                       f"{r.get('tokens_out_this_iter', 0):>8}{r.get('dollars_this_iter', 0.0):>10.4f}  {gates_text}")
+    for p in problems:
+        click.echo(f"problem: {p}", err=True)
+
+
+@main.command()
+def statusline() -> None:
+    """One line for Claude Code's status line (reads its JSON on stdin; prints nothing when no loop)."""
+    from .entry import statusline as line
+
+    sys.exit(line())
 
 
 def run() -> None:

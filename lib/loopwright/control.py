@@ -1,14 +1,24 @@
-"""What a user does to loops (pick, cancel, resume), shared by the CLI and the
-slash commands. Each operation raises LoopError with a one-line message."""
+"""What a user (or the agent) does to loops: pick, cancel, resume, answer a gate,
+report an iteration. Shared by the CLI and the slash commands; each operation
+raises LoopError with a one-line message."""
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import budget as budgets
+from . import gates
 from . import lock as locks
 from . import loops, report, router, store
 from . import start as starting
+
+LOCK_MODES = ("skip", "wait", "force")
+WAIT_POLL_SECONDS = 2.0
+# Outcomes a loop can be resumed from (with higher ceilings where one ran out).
+RESUMABLE_PREFIXES = ("MAX_ITERATIONS", "BUDGET_EXHAUSTED", "STOPPED", "LOCK_CONFLICT", "EXTERNAL_UNREACHABLE")
 
 
 def config(paths: loops.LoopPaths) -> dict:
@@ -18,8 +28,10 @@ def config(paths: loops.LoopPaths) -> dict:
     return cfg
 
 
-def pick_loop(state: Path, name: str | None, session: str | None, *, active_only: bool = True) -> loops.LoopPaths:
-    """The loop named, else the active loop owned by ``session``, else the only active loop."""
+def pick_loop(state: Path, name: str | None, session: str | None, *, active_only: bool = True,
+              own_only: bool = False) -> loops.LoopPaths:
+    """The loop named, else the active loop owned by ``session``, else (unless
+    ``own_only``) the only active loop, else (unless ``active_only``) the only loop."""
     if name:
         loops.validate_name(name)
         paths = loops.LoopPaths(state, name)
@@ -38,6 +50,8 @@ def pick_loop(state: Path, name: str | None, session: str | None, *, active_only
             if session and cfg.get("owner_session") == session:
                 return paths
             active.append(paths)
+    if own_only and session:
+        raise loops.LoopError("this session runs no loop; name the loop to act on another session's loop")
     if len(active) == 1:
         return active[0]
     if not active:
@@ -45,14 +59,24 @@ def pick_loop(state: Path, name: str | None, session: str | None, *, active_only
             names = loops.loop_names(state)
             if len(names) == 1:
                 return loops.LoopPaths(state, names[0])
+            if names:
+                raise loops.LoopError(f"no active loop; name one of: {', '.join(names)}")
         raise loops.LoopError(f"no active loop in {state.parent}; start one with /loopwright:loop or `loopwright start`")
     raise loops.LoopError(f"several loops are active ({', '.join(p.name for p in active)}); name one")
+
+
+def _budget(paths: loops.LoopPaths, loop: dict) -> dict:
+    return budgets.upgrade(store.read_json(paths.configured(loop).budget) or router.initial_budget(loop), loop)
+
+
+def _journal(paths: loops.LoopPaths, session: str | None, now: float, **entry) -> None:
+    store.append_jsonl(paths.journal, {"at": locks.now_iso(now), "loop": paths.name, "session": session, **entry})
 
 
 def cancel(state: Path, name: str | None, session: str | None, reason: str = "cancelled by the user") -> str:
     """Cancel for good: the tombstone goes down first, so no later Stop can
     continue or revive the loop, then the loop is ended with a report."""
-    paths = pick_loop(state, name, session)
+    paths = pick_loop(state, name, session, own_only=bool(session) and not name)
     now = time.time()
     try:
         with open(paths.tombstone, "x", encoding="utf-8") as fh:
@@ -64,35 +88,277 @@ def cancel(state: Path, name: str | None, session: str | None, reason: str = "ca
         if loop.get("status") != loops.ACTIVE:
             loops.clear_active(paths)
             return f"loopwright: loop {paths.name} had already ended ({loop.get('outcome')}); it stays ended."
-        budget = store.read_json(paths.budget) or router.initial_budget(loop)
-        summary = report.end_loop(paths, loop, budget, router.CANCELLED, reason, now)
-    store.append_jsonl(paths.journal, {"at": locks.now_iso(now), "loop": paths.name, "session": session, "event": "cancel", "reason": reason})
+        summary = report.end_loop(paths, loop, _budget(paths, loop), router.CANCELLED, reason, now)
+    _journal(paths, session, now, event="cancel", reason=reason)
     return summary
 
 
-def resume(state: Path, name: str | None, session: str | None) -> tuple[loops.LoopPaths, dict]:
-    """Continue an active loop in ``session``: after an interrupt or the block cap,
-    or taking over a loop whose session died. A live owner is never displaced."""
-    paths = pick_loop(state, name, session)
+# --- resume ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Resumed:
+    paths: loops.LoopPaths
+    loop: dict
+    notes: list[str] = field(default_factory=list)
+    waiting_gate: dict | None = None  # a force-unlock gate the user must answer first
+
+
+def _restore_from_history(paths: loops.LoopPaths, budget: dict) -> list[str]:
+    """Counters from the last history line (sdd resume contract); started_at and
+    the ceilings stay as recorded. Gate answers are kept as audit only."""
+    last = store.last_jsonl_record(paths.history)
+    if not last or not isinstance(last.get("budget_snapshot"), dict):
+        return []
+    snap = last["budget_snapshot"]
+    restored = []
+    for key in ("iterations_used", "prs_touched", "minutes_elapsed", "tokens_in", "tokens_out",
+                "cache_creation_input_tokens", "cache_read_input_tokens", "agents_dispatched", "dollars_estimate",
+                "comments_pushed", "merges_attempted", "qmd_failures_consecutive"):
+        if key in snap and budget.get(key) != snap[key]:
+            budget[key] = snap[key]
+            restored.append(key)
+    for key in ("tracked_prs", "active_worktrees"):
+        if isinstance(last.get(key), list):
+            budget[key] = last[key]
+    budget["pending_gates"] = []  # never replay a question or an answer
+    return [f"counters restored from history line {last.get('iteration')}" + (f" ({', '.join(restored)})" if restored else "")]
+
+
+def _check_resumable(paths: loops.LoopPaths, loop: dict, budget: dict, raise_to: dict) -> None:
+    outcome = loop.get("outcome") or ""
+    if loops.is_cancelled(paths) or outcome == router.CANCELLED:
+        raise loops.LoopError(f"loop {paths.name} was cancelled; a cancelled loop stays ended. Start a new loop with /loopwright:loop")
+    if outcome == router.LOOP_DONE:
+        raise loops.LoopError(f"loop {paths.name} already finished (LOOP_DONE); start a new loop for more work")
+    if outcome.startswith("GATE_STOP"):
+        gate = outcome.partition(":")[2]
+        it = next((g.get("iteration") for g in reversed(budget.get("gates_log") or []) if g.get("name") == gate and g.get("answer") == "stop"), "?")
+        raise loops.LoopError(f"Loop already stopped at gate {gate} in iteration {it}; start a new loop to go on")
+    if not outcome.startswith(RESUMABLE_PREFIXES):
+        raise loops.LoopError(f"loop {paths.name} ended {outcome}; it cannot be resumed")
+    trial = dict(budget, **{k: v for k, v in raise_to.items() if v is not None})
+    if not loop.get("mode") == "review":
+        hit = budgets.exhausted(trial)
+    else:
+        hit = budgets.exhausted(trial, ("prs",))
+    if hit:
+        dim = hit[0]
+        raise loops.LoopError(
+            f"loop {paths.name} ended {outcome} with {budgets.describe(trial, dim)}; resume with a higher "
+            f"--max-{dim} (ceilings never change silently)"
+        )
+
+
+def _wait_for_lock(paths: loops.LoopPaths, budget: dict, session: str | None, max_wait: float) -> dict | None:
+    """Poll until the lock is free or stale, at most ``max_wait`` seconds. Returns the lock if still held."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        lk = store.read_json(paths.lock)
+        if not lk or lk.get("owner") == locks.owner_tag(session) or locks.is_stale(lk, time.time()):
+            return None
+        if time.monotonic() >= deadline:
+            return lk
+        time.sleep(WAIT_POLL_SECONDS)
+
+
+def resume(state: Path, name: str | None, session: str | None, *, lock_mode: str | None = None,
+           raise_to: dict | None = None, max_wait: float | None = None) -> Resumed:
+    """Continue a loop in ``session``: after an interrupt or the block cap, taking
+    over a loop whose session died, or reopening a loop whose budget ran out (with
+    explicitly higher ceilings). A live owner is displaced only with lock mode
+    ``force``, after the force-unlock gate."""
+    raise_to = {k: v for k, v in (raise_to or {}).items() if v is not None}
+    paths = pick_loop(state, name, session, active_only=False)
+    now = time.time()
+    notes: list[str] = []
+    with loops.loop_mutex(paths):
+        loop = config(paths)
+        paths.configured(loop)
+        budget = _budget(paths, loop)
+        mode = lock_mode or loop.get("lock_mode") or "skip"
+        if mode not in LOCK_MODES:
+            raise loops.LoopError(f"--lock must be one of {', '.join(LOCK_MODES)}")
+        ended = loop.get("status") != loops.ACTIVE
+        if ended:
+            _check_resumable(paths, loop, budget, raise_to)
+        owner = loop.get("owner_session")
+        lk = store.read_json(paths.lock)
+        held = bool(lk) and lk.get("owner") != locks.owner_tag(session) and not locks.is_stale(lk, now)
+        if lk and not held and lk.get("owner") != locks.owner_tag(session):
+            notes.append(f"Reaped stale lock for pid {lk.get('pid')}")
+    if held and mode == "skip":
+        it = int(budget.get("iterations_used", 0)) + 1
+        raise loops.LoopError(
+            f"Previous iteration {it} still active (pid {lk.get('pid')}, {lk.get('owner')}); "
+            "use --lock wait to wait for it, or --lock force to take over"
+        )
+    if held and mode == "wait":
+        remaining = max(0.0, float(budget.get("max_minutes") or loop["max_minutes"]) * 60 - budget.get("minutes_elapsed", 0.0) * 60)
+        still = _wait_for_lock(paths, budget, session, min(remaining, max_wait) if max_wait is not None else remaining)
+        if still:
+            raise loops.LoopError(f"the lock of loop {paths.name} is still held by {locks.describe(still)} after waiting; try again later")
+        held = False
+    if held and mode == "force":
+        policy = loop.get("gate_policy") or "ask"
+        gate = gates.force_unlock()
+        if policy == "stop":
+            raise loops.LoopError("the force-unlock gate fired and the gate policy is stop; the live lock was left alone")
+        if policy == "ask":
+            with loops.loop_mutex(paths):
+                budget = _budget(paths, loop)
+                budget["pending_gates"] = [g for g in budget.get("pending_gates") or [] if g["name"] != gates.FORCE_UNLOCK]
+                budget["pending_gates"].append(dict(gate, asked_at=locks.now_iso(now), asks=1, answer=None,
+                                                    requested_by=session, raise_to=raise_to))
+                store.write_json(paths.budget, budget)
+            _journal(paths, session, now, event="gate", gate=gates.FORCE_UNLOCK, answer=None, by="asked", question=gate["question"])
+            return Resumed(paths, loop, notes, waiting_gate=gate)
+        notes.append("force-unlock: the gate policy is continue, so the live lock was taken over")
+        _record_policy_gate(paths, loop, gate, "yes", now)
+    return _take_over(paths, session, raise_to, notes, now, state)
+
+
+def _record_policy_gate(paths: loops.LoopPaths, loop: dict, gate: dict, answer: str, now: float) -> None:
+    with loops.loop_mutex(paths):
+        budget = _budget(paths, loop)
+        entry = gates.record(gate, answer, locks.now_iso(now), "policy")
+        budget.setdefault("gates_this_iter", []).append(entry)
+        budget.setdefault("gates_log", []).append(dict(entry, iteration=int(budget.get("iterations_used", 0)) + 1))
+        store.write_json(paths.budget, budget)
+
+
+def _take_over(paths: loops.LoopPaths, session: str | None, raise_to: dict, notes: list[str], now: float, state: Path) -> Resumed:
+    with loops.loop_mutex(paths):
+        loop = config(paths)
+        paths.configured(loop)
+        budget = _budget(paths, loop)
+        previous = loop.get("owner_session")
+        if session and previous != session and starting.owned_active_loop(state, session):
+            raise loops.LoopError("this session already runs another loop; finish or cancel it first")
+        if previous != session or loop.get("status") != loops.ACTIVE:
+            # Crash recovery or a new run: the counters come from the history line.
+            notes += _restore_from_history(paths, budget)
+        for key, value in raise_to.items():
+            old = budget.get(key)
+            if value != old:
+                budget[key] = value
+                loop[key] = value
+                notes.append(f"{key} {old} → {value}")
+        if raise_to:
+            _journal(paths, session, now, event="ceilings", changed=raise_to, by="resume")
+        if loop.get("status") != loops.ACTIVE:
+            notes.append(f"reopened after {loop.get('outcome')}")
+            loops.mark_active(paths)
+            loop.update(status=loops.ACTIVE, outcome=None, ended_at=None, end_reason=None)
+            try:
+                paths.stop.unlink()
+            except FileNotFoundError:
+                pass
+        loop["owner_session"] = session
+        pid, ctime = locks.claude_process()
+        store.write_json(paths.lock, locks.new_lock(session, pid, ctime, int(budget.get("iterations_used", 0)) + 1, now))
+        store.write_json(paths.budget, budget)
+        store.write_json(paths.config, loop)
+    _journal(paths, session, now, event="resume", previous_owner=previous, notes=notes)
+    return Resumed(paths, loop, notes)
+
+
+# --- gates --------------------------------------------------------------------------------------
+
+
+def answer_gate(state: Path, name: str | None, session: str | None, gate_name: str, answer: str,
+                raise_to: dict | None = None) -> str:
+    """Record the user's answer to a waiting gate; the next Stop acts on it.
+    A force-unlock ``yes`` takes the loop over right away."""
+    raise_to = {k: v for k, v in (raise_to or {}).items() if v is not None}
+    paths = pick_loop(state, name, session, active_only=False)
     now = time.time()
     with loops.loop_mutex(paths):
         loop = config(paths)
-        if loops.is_cancelled(paths) or loop.get("status") != loops.ACTIVE:
-            raise loops.LoopError(f"loop {paths.name} has ended ({loop.get('outcome')}); start a new loop with /loopwright:loop")
-        owner = loop.get("owner_session")
-        if owner != session:
-            lk = store.read_json(paths.lock)
-            if lk and lk.get("owner") != locks.owner_tag(session) and not locks.is_stale(lk, now):
-                raise loops.LoopError(
-                    f"loop {paths.name} is held by {locks.describe(lk)}, which is alive; "
-                    "wait for it to finish, or cancel it with `loopwright cancel`"
-                )
-            if session and starting.owned_active_loop(state, session):
-                raise loops.LoopError("this session already runs another loop; finish or cancel it first")
-            loop["owner_session"] = session
-            store.write_json(paths.config, loop)
-            budget = store.read_json(paths.budget) or {}
-            pid, ctime = locks.claude_process()
-            store.write_json(paths.lock, locks.new_lock(session, pid, ctime, int(budget.get("iterations_used", 0)) + 1, now))
-    store.append_jsonl(paths.journal, {"at": locks.now_iso(now), "loop": paths.name, "session": session, "event": "resume", "previous_owner": owner})
-    return paths, loop
+        paths.configured(loop)
+        budget = _budget(paths, loop)
+        try:
+            gate = gates.validate_answer(budget.get("pending_gates") or [], gate_name, answer)
+        except ValueError as exc:
+            raise loops.LoopError(str(exc)) from None
+        if raise_to and (gate_name != gates.BUDGET_ESCALATION or answer != "raise"):
+            raise loops.LoopError("--max-* values go only with: gate answer budget-escalation raise")
+        gate.update(answer=answer, answered_at=locks.now_iso(now), answered_by="user")
+        if raise_to:
+            gate["raise_to"] = raise_to
+        if gate_name == gates.FORCE_UNLOCK:
+            budget["pending_gates"] = [g for g in budget["pending_gates"] if g is not gate]
+            entry = gates.record(gate, answer, locks.now_iso(now), "user")
+            budget.setdefault("gates_this_iter", []).append(entry)
+            budget.setdefault("gates_log", []).append(dict(entry, iteration=int(budget.get("iterations_used", 0)) + 1))
+        store.write_json(paths.budget, budget)
+    _journal(paths, session, now, event="gate", gate=gate_name, answer=answer, by="user", question=gate["question"])
+    if gate_name == gates.FORCE_UNLOCK:
+        if answer == "yes":
+            res = _take_over(paths, gate.get("requested_by") or session, gate.get("raise_to") or {}, ["force-unlocked by the user"], now, state)
+            return f"loopwright: force-unlock confirmed; loop {res.paths.name} now belongs to session {res.loop.get('owner_session')}."
+        if answer == "stop":
+            with loops.loop_mutex(paths):
+                loop = config(paths)
+                if loop.get("status") == loops.ACTIVE:
+                    summary = report.end_loop(paths, loop, _budget(paths, loop), router.gate_stop(gates.FORCE_UNLOCK),
+                                              "the user answered stop at gate force-unlock", now)
+                    return summary
+            return f"loopwright: loop {paths.name} stays ended."
+        return f"loopwright: the live lock of loop {paths.name} was left alone."
+    return f"loopwright: recorded {answer!r} for gate {gate_name} of loop {paths.name}; it takes effect when this turn ends."
+
+
+# --- iteration reports ------------------------------------------------------------------------
+
+OUTCOMES = ("success", "failure", "partial", "skipped")
+_PR = re.compile(r"^#?(\d+)$")
+_SHA = re.compile(r"^[0-9a-fA-F]{4,40}$")
+PR_STATES = ("open", "merged", "closed")
+
+
+def parse_pr(value: str) -> str:
+    m = _PR.match(value.strip())
+    if not m:
+        raise loops.LoopError(f"--pr takes a PR number like 142 or #142, got {value!r}")
+    return f"#{m.group(1)}"
+
+
+def parse_tracked_pr(value: str) -> dict:
+    parts = value.split(":")
+    if len(parts) != 5:
+        raise loops.LoopError(f"--tracked-pr takes NUMBER:BRANCH:HEAD_AT_START:HEAD_AT_END:STATE, got {value!r}")
+    number, branch, start_sha, end_sha, state = parts
+    if not number.lstrip("#").isdigit() or not branch or not _SHA.match(start_sha) or not _SHA.match(end_sha) or state not in PR_STATES:
+        raise loops.LoopError(f"--tracked-pr {value!r}: need a PR number, a branch, two hex SHAs and a state ({'/'.join(PR_STATES)})")
+    return {"number": int(number.lstrip("#")), "branch": branch, "head_sha_at_iteration_start": start_sha,
+            "head_sha_at_iteration_end": end_sha, "state_at_end": state}
+
+
+def parse_worktree(value: str) -> dict:
+    path, sep, rest = value.rpartition(":")
+    wpath, sep2, branch = path.rpartition(":")
+    if not sep or not sep2 or not wpath or not branch or not _SHA.match(rest):
+        raise loops.LoopError(f"--worktree takes PATH:BRANCH:HEAD_SHA, got {value!r}")
+    return {"path": wpath, "branch": branch, "head_sha": rest}
+
+
+def record_report(state: Path, name: str | None, session: str | None, entry: dict) -> tuple[loops.LoopPaths, dict]:
+    """Append the agent's iteration report; the next Stop folds it in."""
+    if entry.get("outcome") not in OUTCOMES:
+        raise loops.LoopError(f"--outcome must be one of {', '.join(OUTCOMES)}")
+    if entry["outcome"] == "failure" and not entry.get("root_cause"):
+        raise loops.LoopError("a failure needs --root-cause TEXT (it is how repeated failures are recognised)")
+    for key in ("comments", "merges", "agents"):
+        if entry.get(key) is not None and entry[key] < 0:
+            raise loops.LoopError(f"--{key} must not be negative")
+    paths = pick_loop(state, name, session)
+    with loops.loop_mutex(paths):
+        loop = config(paths)
+        if loop.get("status") != loops.ACTIVE:
+            raise loops.LoopError(f"loop {paths.name} has ended; there is no iteration to report on")
+        budget = _budget(paths, loop)
+    record = {"at": locks.now_iso(), "iteration": int(budget.get("iterations_used", 0)) + 1, "session": session,
+              **{k: v for k, v in entry.items() if v not in (None, [], "")}}
+    store.append_jsonl(paths.reports, record)
+    return paths, record

@@ -57,3 +57,60 @@ def prompt() -> int:
         )}))
         return 0
     return slash.main_with(raw)
+
+
+def statusline() -> int:
+    """`loopwright statusline`: one line for Claude Code's status line, or nothing.
+
+    Claude Code runs this often, so it stays in the standard library and reads
+    only the small progress.json of the session's loop.
+    """
+    raw = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    try:
+        data = json.loads(raw)
+    except Exception:
+        return 0
+    if not isinstance(data, dict):
+        return 0
+    session = data.get("session_id")
+    ws = data.get("workspace") if isinstance(data.get("workspace"), dict) else {}
+    project = ws.get("project_dir") or data.get("cwd")
+    if os.environ.get("LOOPWRIGHT_STATE_DIR"):
+        state = state_dir()
+    elif isinstance(project, str) and project:
+        from pathlib import Path
+
+        state = Path(project) / ".loopwright"
+    else:
+        state = state_dir()
+    if not session or not has_active_loops(state):
+        return 0
+    for entry in sorted(os.listdir(state / "active")):
+        loop_dir = state / "loops" / entry
+        cfg = _read_json(loop_dir / "loop.json")
+        if not cfg or cfg.get("owner_session") != session or cfg.get("status") != "active":
+            continue
+        p = _read_json(loop_dir / "progress.json")
+        if p is None:  # no Stop has run yet
+            print(f"loopwright · {entry} · iteration 1/{cfg.get('max_iterations')} · starting")
+            return 0
+        parts = [f"loopwright · {entry}", f"iteration {int(p.get('iteration') or 0) + 1}/{p.get('max_iterations')}",
+                 f"{float(p.get('minutes_elapsed') or 0):.0f}/{float(p.get('max_minutes') or 0):g} min"]
+        spent = float(p.get("dollars_estimate") or 0.0)
+        parts.append(f"${spent:,.2f}" + (f"/${float(p['max_dollars']):,.2f}" if p.get("max_dollars") else ""))
+        if p.get("paused"):
+            parts.append("PAUSED")
+        if p.get("pending_gates"):
+            parts.append("waiting for: " + ", ".join(p["pending_gates"]))
+        print(" · ".join(parts))
+        return 0
+    return 0
+
+
+def _read_json(path) -> dict | None:
+    try:
+        with open(path, "rb") as fh:
+            value = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from . import claudemd, rates
 from . import lock as locks
 from . import loops, report, router, store, transcript
 from .entry import MAX_STDIN_BYTES
@@ -141,6 +142,31 @@ def read_stop_request(paths: loops.LoopPaths, notes: list[str], move: bool = Tru
     return req if req is not None else None
 
 
+# How long a Stop waits for the transcript to show the final message: Claude Code
+# often writes it a few tens of milliseconds after the hook starts.
+TRANSCRIPT_CATCH_UP_SECONDS = 0.5
+
+
+def _caught_up(turn: transcript.Increment, last_message: str | None) -> bool:
+    if not last_message or not last_message.strip():
+        return True
+    return bool(turn.final_blocks) and turn.final_blocks[-1].strip() == last_message.strip()
+
+
+def read_turn(path: str | None, cursor: transcript.Cursor, nonce: str | None, last_message: str | None) -> transcript.Increment:
+    """The new part of the transcript, waiting briefly for the final message to land
+    so its tokens count in this iteration rather than the next."""
+    turn = transcript.read_increment(path, cursor, nonce=nonce)
+    if not path or not os.path.exists(path):
+        return turn
+    deadline = time.monotonic() + TRANSCRIPT_CATCH_UP_SECONDS
+    while not _caught_up(turn, last_message) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        more = transcript.read_increment(path, turn.cursor, nonce=nonce)
+        turn = transcript.merge(turn, more)
+    return turn
+
+
 def observe(
     paths: loops.LoopPaths, loop: dict, hook: HookInput, now: float, notes: list[str], *, dry_run: bool = False
 ) -> router.Snapshot:
@@ -149,7 +175,15 @@ def observe(
     budget = store.read_json(paths.budget, move_corrupt=move) or router.initial_budget(loop)
     lock = store.read_json(paths.lock, move_corrupt=move)
     cursor = transcript.Cursor.from_dict(budget.get("cursor"))
-    turn = transcript.read_increment(hook.transcript_path, cursor, nonce=loop.get("nonce"))
+    if dry_run:
+        turn = transcript.read_increment(hook.transcript_path, cursor, nonce=loop.get("nonce"))
+    else:
+        turn = read_turn(hook.transcript_path, cursor, loop.get("nonce"), hook.last_message)
+    reports, offset, problems = store.read_jsonl_from(paths.reports, int(budget.get("reports_offset") or 0))
+    budget = dict(budget, reports_offset=offset)
+    notes.extend(f"loopwright: {p}" for p in problems)
+    rules = project_rules(loop)
+    notes.extend(f"loopwright: {p}" for p in rules.problems)
     cap = os.environ.get("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "8")
     return router.Snapshot(
         now=now,
@@ -164,7 +198,14 @@ def observe(
         lock=lock,
         lock_state=lock_state(lock, hook.session_id, now),
         block_cap=int(cap) if cap.isdigit() else 8,
+        reports=tuple(reports),
+        rates=rates.table(rules.rates),
     )
+
+
+def project_rules(loop: dict) -> claudemd.ProjectRules:
+    project = loop.get("project_dir")
+    return claudemd.load(Path(project)) if project else claudemd.ProjectRules()
 
 
 def write_progress(paths: loops.LoopPaths, loop: dict, decision: router.Decision, now: float) -> None:
@@ -175,31 +216,65 @@ def write_progress(paths: loops.LoopPaths, loop: dict, decision: router.Decision
             "name": loop["name"],
             "mode": loop["mode"],
             "status": loops.ENDED if decision.action == router.STOP else loops.ACTIVE,
+            "paused": decision.action == router.PAUSE,
             "outcome": decision.outcome,
             "iteration": decision.iteration,
-            "max_iterations": loop["max_iterations"],
+            "max_iterations": b.get("max_iterations", loop["max_iterations"]),
             "minutes_elapsed": b.get("minutes_elapsed", 0.0),
-            "max_minutes": loop["max_minutes"],
+            "max_minutes": b.get("max_minutes", loop["max_minutes"]),
             "tokens_in": b.get("tokens_in", 0),
             "tokens_out": b.get("tokens_out", 0),
+            "max_tokens": b.get("max_tokens"),
+            "dollars_estimate": b.get("dollars_estimate", 0.0),
+            "max_dollars": b.get("max_dollars"),
+            "prs_touched": len(b.get("prs_touched") or []),
+            "pending_gates": [g["name"] for g in b.get("pending_gates") or [] if not g.get("answer")],
+            "owner_session": loop.get("owner_session"),
             "last_reason": decision.reason,
             "updated_at": locks.now_iso(now),
         },
     )
 
 
+def write_ledger(paths: loops.LoopPaths, snap: router.Snapshot, decision: router.Decision) -> None:
+    """Token tallies per session and per task (the latest task an iteration report named)."""
+    try:
+        ledger = store.read_json(paths.ledger) or {}
+    except store.CorruptFile:
+        ledger = {}
+    h = decision.history or {}
+    delta = {
+        "tokens_in": h.get("tokens_in_this_iter", 0),
+        "tokens_out": h.get("tokens_out_this_iter", 0),
+        "cache_creation_input_tokens": h.get("cache_creation_tokens_this_iter", 0),
+        "cache_read_input_tokens": h.get("cache_read_tokens_this_iter", 0),
+        "dollars": h.get("dollars_this_iter", 0.0),
+        "iterations": 1,
+    }
+    task = next((r.get("task") for r in reversed(snap.reports) if r.get("task")), None) or ledger.get("current_task") or snap.loop["name"]
+    ledger["current_task"] = task
+    for kind, key in (("sessions", snap.session_id), ("tasks", task)):
+        slot = ledger.setdefault(kind, {}).setdefault(key, {})
+        for k, v in delta.items():
+            slot[k] = round(slot.get(k, 0) + v, 6) if k == "dollars" else slot.get(k, 0) + v
+    store.write_json(paths.ledger, ledger)
+
+
 def apply(paths: loops.LoopPaths, loop: dict, snap: router.Snapshot, decision: router.Decision) -> dict:
     """Persist a decision and return the hook's JSON answer. Holds the loop mutex."""
     now, sid = snap.now, snap.session_id
+    redactions = project_rules(loop).redactions
     for entry in decision.journal:
-        journal(paths, dict(entry, iteration=decision.iteration or None), now, sid)
+        journal(paths, claudemd.redact(dict(entry, iteration=decision.iteration or None), redactions), now, sid)
     if decision.action == router.HOLD:
         return {"systemMessage": decision.system_message}
+    # History first: resume restores from its last line, so budget.json is never ahead of it.
+    store.append_jsonl(paths.history, claudemd.redact(decision.history, redactions))
     store.write_json(paths.budget, decision.budget)
-    store.append_jsonl(paths.history, decision.history)
     write_progress(paths, loop, decision, now)
+    write_ledger(paths, snap, decision)
     if decision.action == router.STOP:
-        summary = report.end_loop(paths, loop, decision.budget, decision.outcome, decision.reason, now)
+        summary = report.end_loop(paths, loop, decision.budget, decision.outcome, decision.reason, now, redactions)
         return {"systemMessage": summary}
     if decision.action == router.PAUSE:
         return {"systemMessage": decision.system_message}
@@ -232,6 +307,7 @@ def handle(raw: bytes) -> dict | None:
             loop = loops.load_config(paths)
             if not loop or loop.get("status") != loops.ACTIVE or loop.get("owner_session") != hook.session_id:
                 return None  # ended or taken over while we waited for the mutex
+            paths.configured(loop)
             snap = observe(paths, loop, hook, now, notes)
         except store.CorruptFile as exc:
             return _stop_on_corrupt(paths, hook, now, exc)

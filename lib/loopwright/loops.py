@@ -27,6 +27,7 @@ MODE_DEFAULTS = {
     "review": (5, 60),
 }
 DEFAULT_MAX_DOLLARS = 25.0
+DEFAULT_MAX_PRS = 20
 
 
 class LoopError(Exception):
@@ -50,7 +51,15 @@ class LoopPaths:
         self.tombstone = d / "cancelled"
         self.report = d / "report.md"
         self.mutex = d / ".mutex"
+        self.reports = d / "reports.jsonl"
+        self.ledger = d / "token-ledger.json"
         self.marker = self.state / "active" / name
+
+    def configured(self, cfg: dict | None) -> "LoopPaths":
+        """These paths with the loop's own overrides applied (``--budget-file``)."""
+        if cfg and cfg.get("budget_file"):
+            self.budget = Path(cfg["budget_file"])
+        return self
 
 
 def validate_name(name: str) -> str:

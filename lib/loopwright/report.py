@@ -11,13 +11,15 @@ import contextlib
 
 from . import loops, store
 from .lock import now_iso, parse_iso
-from .prompts import fmt_minutes, fmt_tokens, tokens_total
+from .budget import tokens_total
+from .prompts import fmt_dollars, fmt_minutes, fmt_tokens
 
 OUTCOME_WORDS = {
     "LOOP_DONE": "the goal was reported complete",
     "MAX_ITERATIONS": "the iteration limit was reached",
     "CANCELLED": "the loop was cancelled",
     "LOCK_CONFLICT": "another session holds the loop",
+    "EXTERNAL_UNREACHABLE": "an external service was unreachable for two iterations in a row",
 }
 
 
@@ -29,6 +31,8 @@ def describe_outcome(outcome: str) -> str:
         return f"the {detail} budget ran out"
     if kind == "STOPPED":
         return f"a stop was requested ({detail})"
+    if kind == "GATE_STOP":
+        return f"the user answered stop at gate {detail}"
     return outcome.lower().replace("_", " ")
 
 
@@ -48,19 +52,29 @@ def render(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reaso
         f"- Outcome: **{outcome}**: {describe_outcome(outcome)}",
         f"- Why: {reason}",
         f"- Mode: {loop['mode']}",
-        f"- Iterations: {budget.get('iterations_used', 0)} of {loop['max_iterations']}",
-        f"- Time: {fmt_minutes(minutes)} of {loop['max_minutes']} minutes (started {started}, ended {ended_at})",
+        f"- Iterations: {budget.get('iterations_used', 0)} of {budget.get('max_iterations', loop['max_iterations'])}",
+        f"- Time: {fmt_minutes(minutes)} of {budget.get('max_minutes', loop['max_minutes']):g} minutes (started {started}, ended {ended_at})",
         f"- Tokens: {fmt_tokens(tokens_total(budget))} "
         f"(in {budget.get('tokens_in', 0)}, out {budget.get('tokens_out', 0)}, "
         f"cache write {budget.get('cache_creation_input_tokens', 0)}, cache read {budget.get('cache_read_input_tokens', 0)})",
+        f"- Spend: {fmt_dollars(budget)} (rates: {budget.get('rate_table_source') or 'built-in default'})",
+        f"- PRs touched: {', '.join(budget.get('prs_touched') or []) or 'none'} · comments pushed "
+        f"{budget.get('comments_pushed', 0)} · merges attempted {budget.get('merges_attempted', 0)} · "
+        f"agents dispatched {budget.get('agents_dispatched', 0)}",
         f"- Owner session: {loop.get('owner_session') or 'none'}",
     ]
+    if budget.get("unknown_models"):
+        lines.append(f"- Models without a known price (charged at the highest rate): {', '.join(budget['unknown_models'])}")
     pauses = (budget.get("router") or {}).get("pauses") or []
     if pauses:
         lines.append(
             "- Pauses: "
             + "; ".join(f"after iteration {p['after_iteration']} ({p['why']})" for p in pauses)
         )
+    gates_log = budget.get("gates_log") or []
+    lines.append("- Gates: " + ("none" if not gates_log else ""))
+    for g in gates_log:
+        lines.append(f"    - iteration {g.get('iteration')}: {g['name']}: \"{g['question']}\" → {g['answer']} ({g.get('by')}, {g.get('at')})")
     lines += [
         "",
         "Goal:",
@@ -80,18 +94,21 @@ def summary_line(loop: dict, budget: dict, outcome: str, paths: loops.LoopPaths)
     return (
         f"loopwright · {loop['name']} ended: {outcome} ({describe_outcome(outcome)}) after "
         f"{budget.get('iterations_used', 0)} iteration(s), "
-        f"{fmt_minutes(budget.get('minutes_elapsed', 0.0))} min, {fmt_tokens(tokens_total(budget))} tokens · "
-        f"report: {paths.report}"
+        f"{fmt_minutes(budget.get('minutes_elapsed', 0.0))} min, {fmt_tokens(tokens_total(budget))} tokens, "
+        f"{fmt_dollars(budget)} · report: {paths.report}"
     )
 
 
-def end_loop(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reason: str, now: float) -> str:
+def end_loop(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reason: str, now: float,
+             redactions: list | None = None) -> str:
     """Write the report, mark the loop ended, release its lock. Returns the summary line.
 
     Call with the loop mutex held.
     """
+    from .claudemd import redact
+
     ended_at = now_iso(now)
-    store.write_text(paths.report, render(paths, loop, budget, outcome, reason, ended_at))
+    store.write_text(paths.report, redact(render(paths, loop, budget, outcome, reason, ended_at), redactions or []))
     ended = dict(loop, status=loops.ENDED, outcome=outcome, ended_at=ended_at, end_reason=reason)
     store.write_json(paths.config, ended)
     with contextlib.suppress(FileNotFoundError):

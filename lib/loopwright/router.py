@@ -1,10 +1,16 @@
 """The router: what happens at a Stop, as a pure function.
 
 ``decide(snapshot)`` reads nothing and writes nothing. It returns a Decision:
-continue with a prompt, stop with an outcome, step back (another live session
-holds the loop) — and the records the shell must persist. Everything it knows
-comes in through the Snapshot, which is what makes it fast to test and lets
-``loopwright route --explain`` show exactly why.
+continue with a prompt, stop with an outcome, pause, or step back (another live
+session holds the loop), plus the records the shell must persist. Everything it
+knows comes in through the Snapshot, which is what makes it fast to test and
+lets ``loopwright route --explain`` show exactly why.
+
+Order of one tick (SPEC §4): fold in what the turn did (tokens, dollars, the
+agent's iteration reports, gate answers); completion (before any budget, so a
+loop that finishes on its last allowed iteration is done, not exhausted); the
+100% stop conditions; the gates (the 80% budget escalation is suppressed when a
+100% stop fires in the same tick); the block cap; then the next prompt.
 """
 
 from __future__ import annotations
@@ -12,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import prompts
+from . import budget as budgets
+from . import gates, prompts
 from .completion import has_sentinel
 from .lock import now_iso, parse_iso
-from .transcript import USAGE_FIELDS, Increment
+from .rates import RateTable, table
+from .transcript import Increment
 
 CONTINUE, STOP, HOLD, PAUSE = "continue", "stop", "hold", "pause"
 
@@ -24,6 +32,8 @@ LOOP_DONE = "LOOP_DONE"
 MAX_ITERATIONS = "MAX_ITERATIONS"
 CANCELLED = "CANCELLED"
 LOCK_CONFLICT = "LOCK_CONFLICT"
+EXTERNAL_UNREACHABLE = "EXTERNAL_UNREACHABLE"
+OUTAGE_LIMIT = 2  # consecutive iterations with the external service unreachable
 
 
 def budget_exhausted(what: str) -> str:
@@ -32,6 +42,10 @@ def budget_exhausted(what: str) -> str:
 
 def stopped(reason: str) -> str:
     return f"STOPPED:{reason}"
+
+
+def gate_stop(gate: str) -> str:
+    return f"GATE_STOP:{gate}"
 
 
 # Lock states as the shell observed them.
@@ -52,6 +66,8 @@ class Snapshot:
     lock: dict | None = None
     lock_state: str = LOCK_OURS
     block_cap: int = 8
+    reports: tuple = ()
+    rates: RateTable | None = None
 
 
 @dataclass
@@ -73,44 +89,7 @@ class Decision:
 
 
 def initial_budget(loop: dict) -> dict:
-    """budget.json as first written: the frozen ceilings and zeroed counters."""
-    return {
-        "started_at": loop["started_at"],
-        "max_iterations": loop["max_iterations"],
-        "max_minutes": loop["max_minutes"],
-        "max_tokens": loop.get("max_tokens"),
-        "max_dollars": loop.get("max_dollars"),
-        "iterations_used": 0,
-        "minutes_elapsed": 0.0,
-        "tokens_in": 0,
-        "tokens_out": 0,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-        "tokens_by_model": {},
-        "cursor": {},
-        "router": {
-            "last_action": None,
-            "last_reason": None,
-            "last_tick_at": None,
-            "toolless_blocks": 0,
-            "pauses": [],
-        },
-    }
-
-
-def _apply_usage(budget: dict, turn: Increment) -> dict[str, int]:
-    delta = {f: 0 for f in USAGE_FIELDS}
-    by_model = budget.setdefault("tokens_by_model", {})
-    for model, counts in turn.usage.items():
-        slot = by_model.setdefault(model, {f: 0 for f in USAGE_FIELDS})
-        for f in USAGE_FIELDS:
-            slot[f] = slot.get(f, 0) + counts.get(f, 0)
-            delta[f] += counts.get(f, 0)
-    budget["tokens_in"] = budget.get("tokens_in", 0) + delta["input_tokens"]
-    budget["tokens_out"] = budget.get("tokens_out", 0) + delta["output_tokens"]
-    for f in ("cache_creation_input_tokens", "cache_read_input_tokens"):
-        budget[f] = budget.get(f, 0) + delta[f]
-    return delta
+    return budgets.initial(loop)
 
 
 def completion_claimed(snap: Snapshot) -> tuple[bool, str]:
@@ -131,151 +110,306 @@ def completion_claimed(snap: Snapshot) -> tuple[bool, str]:
     return False, ""
 
 
+class _Tick:
+    """Working state of one decision."""
+
+    def __init__(self, snap: Snapshot):
+        self.snap = snap
+        self.loop = snap.loop
+        self.budget = b = budgets.upgrade(_copy(snap.budget), snap.loop)
+        self.router = b["router"]
+        self.iteration = int(b.get("iterations_used", 0)) + 1
+        self.journal: list[dict] = []
+        self.notes: list[str] = []
+        self.gates_record: list[dict] = list(b.get("gates_this_iter") or [])
+        b["gates_this_iter"] = []
+        self.stamp = now_iso(snap.now)
+
+    def record_gate(self, gate: dict, answer: str | None, by: str) -> None:
+        entry = gates.record(gate, answer, self.stamp, by)
+        self.gates_record.append(entry)
+        if answer is not None:
+            self.budget.setdefault("gates_log", []).append(dict(entry, iteration=self.iteration))
+        self.journal.append({"event": "gate", "gate": gate["name"], "answer": answer, "by": by, "question": gate["question"]})
+
+
+def _copy(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_copy(v) for v in obj]
+    return obj
+
+
 def decide(snap: Snapshot) -> Decision:
     loop = snap.loop
     name = loop["name"]
 
     if snap.lock_state == LOCK_FOREIGN:
         holder = (snap.lock or {}).get("owner", "another session")
-        reason = f"loop {name} is held by {holder}, which is still alive; this session steps back"
+        it = int(snap.budget.get("iterations_used", 0)) + 1
+        reason = f"Previous iteration {it} still active ({holder}, pid {(snap.lock or {}).get('pid')}) — skipping this tick"
         return Decision(
             HOLD,
             reason,
-            system_message=f"loopwright: {reason} (see `loopwright status`)",
+            system_message=f"loopwright: {reason}; nothing was counted (see `loopwright status`)",
             journal=[{"event": "lock", "result": "held-elsewhere", "holder": holder}],
         )
 
-    budget = dict(snap.budget)
-    budget["router"] = router = dict(budget.get("router") or {})
-    router.setdefault("pauses", [])
-    router["pauses"] = list(router["pauses"])
-    iteration = int(budget.get("iterations_used", 0)) + 1
-    journal: list[dict] = []
-    notes: list[str] = []
+    t = _Tick(snap)
+    b, router = t.budget, t.router
+    before = budgets.usage_of(b)
+    before["iterations"] = float(b.get("iterations_used", 0))
 
-    started = parse_iso(budget.get("started_at")) or snap.now
-    budget["minutes_elapsed"] = round(max(0.0, snap.now - started) / 60.0, 3)
-    delta = _apply_usage(budget, snap.turn)
-    budget["cursor"] = snap.turn.cursor.to_dict()
-
-    # Did the last block lead straight into this turn? If not, the session stopped
-    # in between (the block cap, or the user interrupted) and a new user turn has
-    # brought the loop back.
-    if router.get("last_action") in (CONTINUE, PAUSE) and not snap.stop_hook_active:
-        why = "block-cap" if router.get("last_action") == PAUSE else "interrupted"
-        router["pauses"].append({"after_iteration": iteration - 1, "why": why, "resumed_at": now_iso(snap.now)})
-        journal.append({"event": "resume", "why": why, "after_iteration": iteration - 1})
-        notes.append(
-            "the loop paused after the previous iteration "
-            + ("(Claude Code's block cap: too many turns in a row without a tool call)" if why == "block-cap" else "(the session was interrupted)")
-            + " and has now resumed."
-        )
-    # Claude Code ends the turn itself once a Stop hook has blocked `block_cap` times
-    # in a row with no tool call in between; count those blocks the same way.
-    if snap.turn.used_tool or not snap.stop_hook_active:
-        router["toolless_blocks"] = 0
-    else:
-        router["toolless_blocks"] = router.get("toolless_blocks", 0) + 1
+    # --- what the turn did ------------------------------------------------------------------
+    started = parse_iso(b.get("started_at")) or snap.now
+    b["minutes_elapsed"] = round(max(0.0, snap.now - started) / 60.0, 3)
+    delta = budgets.add_usage(b, snap.turn.usage)
+    b["cursor"] = snap.turn.cursor.to_dict()
+    rate_table = snap.rates or table(None)
+    dollars_before = float(b.get("dollars_estimate", 0.0))
+    b["dollars_estimate"], unknown = rate_table.cost(b.get("tokens_by_model") or {})
+    b["dollars_estimate"] = round(b["dollars_estimate"], 6)
+    b["rate_table_source"] = rate_table.source
+    new_unknown = [m for m in unknown if m not in (b.get("unknown_models") or [])]
+    b["unknown_models"] = unknown
+    if new_unknown:
+        t.notes.append(f"no price is known for model(s) {', '.join(new_unknown)}; they are priced at the highest known rate. Add them to a '### Loop Cost Rates' block in CLAUDE.md.")
+        t.journal.append({"event": "rates", "unknown_models": new_unknown})
+    folded = budgets.fold_reports(b, list(snap.reports))
+    b["iterations_used"] = t.iteration
     for note in snap.turn.notes:
-        journal.append({"event": "transcript", "note": note})
+        t.journal.append({"event": "transcript", "note": note})
     if snap.turn.compacted:
-        journal.append({"event": "compaction", "iteration": iteration})
+        t.journal.append({"event": "compaction", "iteration": t.iteration})
+    _track_pauses(t)
 
-    outcome, reason, fired = None, "", []
+    # --- gate answers recorded during the turn -----------------------------------------------------
+    outcome, reason, fired = _apply_answers(t)
+
+    # --- completion, then the 100% stops ----------------------------------------------------------
     claimed, where = completion_claimed(snap)
-    if snap.cancelled:
-        outcome, reason, fired = CANCELLED, "the loop was cancelled", ["cancel"]
-    elif claimed:
-        outcome, reason = LOOP_DONE, f"the agent ended its final message with the completion sentinel ({where})"
-        fired = ["completion"]
-    elif snap.stop_request is not None:
-        why = str(snap.stop_request.get("reason") or "requested")
-        outcome, reason, fired = stopped(why), f"a stop was requested ({why})", ["stop_request"]
-    elif iteration >= int(loop["max_iterations"]):
-        outcome = MAX_ITERATIONS
-        reason = f"iteration {iteration} of {loop['max_iterations']} ended without the completion sentinel"
-        fired = ["iteration_budget"]
-    elif loop.get("max_minutes") and budget["minutes_elapsed"] >= float(loop["max_minutes"]):
-        outcome = budget_exhausted("minutes")
-        reason = f"{budget['minutes_elapsed']:.1f} of {loop['max_minutes']} minutes used"
-        fired = ["wall_clock_budget"]
-    elif loop.get("max_tokens") and prompts.tokens_total(budget) >= int(loop["max_tokens"]):
-        outcome = budget_exhausted("tokens")
-        reason = f"{prompts.tokens_total(budget)} of {loop['max_tokens']} tokens used"
-        fired = ["token_budget"]
+    if outcome is None:
+        outcome, reason, fired = _stop_conditions(t, claimed, where, folded)
 
-    budget["iterations_used"] = iteration
-    router["last_tick_at"] = now_iso(snap.now)
     history = {
-        "iteration": iteration,
+        "iteration": t.iteration,
         "skill": loop["mode"],
         "session": snap.session_id,
-        "started_at": router.get("iteration_started_at") or budget.get("started_at"),
-        "ended_at": now_iso(snap.now),
+        "started_at": router.get("iteration_started_at") or b.get("started_at"),
+        "ended_at": t.stamp,
         "outcome": outcome or "continued",
         "used_tool": snap.turn.used_tool,
+        "prs_touched_this_iter": folded.prs,
+        "comments_pushed_this_iter": folded.comments,
+        "merges_attempted_this_iter": folded.merges,
+        "agents_dispatched_this_iter": folded.agents,
         "tokens_in_this_iter": delta["input_tokens"],
         "tokens_out_this_iter": delta["output_tokens"],
         "cache_creation_tokens_this_iter": delta["cache_creation_input_tokens"],
         "cache_read_tokens_this_iter": delta["cache_read_input_tokens"],
-        "gates": [],
+        "dollars_this_iter": round(b["dollars_estimate"] - dollars_before, 6),
+        "tracked_prs": b.get("tracked_prs") or [],
+        "active_worktrees": b.get("active_worktrees") or [],
+        "gates": t.gates_record,
         "stop_conditions_fired": fired,
     }
-    router["iteration_started_at"] = now_iso(snap.now)
+    router["iteration_started_at"] = t.stamp
+    router["last_tick_at"] = t.stamp
 
     if outcome is not None:
-        router["last_action"], router["last_reason"] = STOP, reason
-        history["budget_snapshot"] = _snapshot_of(budget)
-        return Decision(
-            STOP,
-            reason,
-            outcome=outcome,
-            iteration=iteration,
-            budget=budget,
-            history=history,
-            journal=journal + [{"event": "route", "decision": STOP, "outcome": outcome, "reason": reason}],
-            stop_conditions=fired,
-        )
+        b["pending_gates"] = []
+        return _finish(t, history, STOP, reason, outcome=outcome, fired=fired)
 
+    # --- gates --------------------------------------------------------------------------------------
+    skip_dims = ("prs",) if loop.get("mode") == "review" else ()
+    fresh: list[dict] = []
+    crossed = budgets.crossed(before, b, skip_dims)
+    if crossed:
+        fresh.append(gates.budget_escalation(b, crossed))
+    failure = budgets.repeated_failure(b, folded)
+    if failure:
+        fresh.append(gates.repeated_failure(failure))
+    policy = loop.get("gate_policy") or "ask"
+    for gate in fresh:
+        if policy == "stop":
+            t.record_gate(gate, "stop", "policy")
+            reason = f"gate {gate['name']} fired and the gate policy is stop: {gate['question']}"
+            history["outcome"] = gate_stop(gate["name"])
+            history["stop_conditions_fired"] = ["prior_gate_stop"]
+            b["pending_gates"] = []
+            return _finish(t, history, STOP, reason, outcome=gate_stop(gate["name"]), fired=["prior_gate_stop"])
+        if policy == "continue":
+            answer = gates.POLICY_CONTINUE[gate["name"]]
+            t.record_gate(gate, answer, "policy")
+            _note_answer(t, gate, answer)
+        else:
+            t.record_gate(gate, None, "asked")
+            b.setdefault("pending_gates", []).append(dict(gate, asked_at=t.stamp, asks=0, answer=None))
+    history["gates"] = t.gates_record
+
+    pending = [g for g in b.get("pending_gates") or [] if not g.get("answer")]
+    if pending:
+        asks = max(g.get("asks", 0) for g in pending) + 1
+        for g in pending:
+            g["asks"] = g.get("asks", 0) + 1
+        if asks > gates.MAX_ASKS:
+            names = ", ".join(g["name"] for g in pending)
+            reason = f"gate(s) {names} asked {gates.MAX_ASKS} times without an answer; the loop waits for the user"
+            router["last_action"], router["last_reason"], router["paused_at"] = PAUSE, reason, t.stamp
+            router["pause_why"] = "gate"
+            history["outcome"] = "paused"
+            return Decision(
+                PAUSE, reason, iteration=t.iteration,
+                system_message=(f"loopwright · {name} paused: waiting for your answer to gate(s) {names}. Answer with "
+                                "/loopwright:answer <gate> <option> (or `loopwright gate answer`), then send any message."),
+                budget=b, history=_snap(history, b), journal=t.journal + [{"event": "route", "decision": PAUSE, "reason": reason}],
+            )
+
+    # --- the block cap ----------------------------------------------------------------------------
     if snap.block_cap > 0 and router["toolless_blocks"] >= snap.block_cap:
-        # Claude Code would override this block and end the turn anyway. Pause
-        # openly instead: the loop stays active and the next user turn resumes it.
         reason = (
-            f"iteration {iteration} was the {snap.block_cap}th turn in a row without a tool call: Claude Code's "
-            "block cap ends the turn here; the loop stays active and resumes at the next message"
+            f"Claude Code allows {snap.block_cap} Stop-hook blocks in a row without a tool call and would override "
+            f"the next one, so the loop pauses after iteration {t.iteration}; it stays active and resumes at the next message"
         )
-        router["last_action"], router["last_reason"] = PAUSE, reason
-        router["paused_at"] = now_iso(snap.now)
+        router["last_action"], router["last_reason"], router["paused_at"] = PAUSE, reason, t.stamp
+        router["pause_why"] = "block-cap"
         history["outcome"] = "paused"
-        history["budget_snapshot"] = _snapshot_of(budget)
         return Decision(
-            PAUSE,
-            reason,
-            iteration=iteration,
+            PAUSE, reason, iteration=t.iteration,
             system_message=(
-                f"loopwright · {loop['name']} paused after iteration {iteration}: Claude Code's block cap "
-                f"({snap.block_cap} turns without a tool call) ends this turn. The loop stays active: send any "
+                f"loopwright · {name} paused after iteration {t.iteration}: Claude Code's block cap "
+                f"({snap.block_cap} blocks in a row without a tool call) ends this turn. The loop stays active: send any "
                 "message or /loopwright:resume to continue, or /loopwright:cancel to end it."
             ),
-            budget=budget,
-            history=history,
-            journal=journal + [{"event": "route", "decision": PAUSE, "reason": reason}],
+            budget=b, history=_snap(history, b), journal=t.journal + [{"event": "route", "decision": PAUSE, "reason": reason}],
         )
 
-    reason = f"iteration {iteration} ended without the completion sentinel; iteration {iteration + 1} begins"
+    # --- next prompt --------------------------------------------------------------------------------
+    if pending:
+        reason = f"iteration {t.iteration} ended; gate(s) {', '.join(g['name'] for g in pending)} wait for the user's answer"
+        section = gates.prompt_section(pending, max(g["asks"] for g in pending))
+    else:
+        reason = f"iteration {t.iteration} ended without the completion sentinel; iteration {t.iteration + 1} begins"
+        section = None
     router["last_action"], router["last_reason"] = CONTINUE, reason
-    history["budget_snapshot"] = _snapshot_of(budget)
     return Decision(
         CONTINUE,
         reason,
-        iteration=iteration,
-        prompt=prompts.next_prompt(loop, budget, iteration + 1, notes),
-        system_message=prompts.status_line(loop, budget, iteration + 1),
-        budget=budget,
-        history=history,
-        journal=journal + [{"event": "route", "decision": CONTINUE, "reason": reason}],
+        iteration=t.iteration,
+        prompt=prompts.next_prompt(loop, b, t.iteration + 1, t.notes, gate_section=section),
+        system_message=prompts.status_line(loop, b, t.iteration + 1),
+        budget=b,
+        history=_snap(history, b),
+        journal=t.journal + [{"event": "route", "decision": CONTINUE, "reason": reason}],
     )
 
 
-def _snapshot_of(budget: dict) -> dict[str, Any]:
-    return {k: v for k, v in budget.items() if k not in ("cursor", "router", "tokens_by_model")}
+def _track_pauses(t: _Tick) -> None:
+    """Block-cap bookkeeping, and noticing that the session stopped in between."""
+    snap, router = t.snap, t.router
+    router["pauses"] = list(router.get("pauses") or [])
+    # Did the last block lead straight into this turn? If not, the session stopped in
+    # between (a pause, or the user interrupted) and a new user turn brought it back.
+    if router.get("last_action") in (CONTINUE, PAUSE) and not snap.stop_hook_active:
+        why = (router.get("pause_why") or "block-cap") if router.get("last_action") == PAUSE else "interrupted"
+        router["pauses"].append({"after_iteration": t.iteration - 1, "why": why, "resumed_at": t.stamp})
+        router.pop("pause_why", None)
+        router.pop("paused_at", None)
+        t.journal.append({"event": "resume", "why": why, "after_iteration": t.iteration - 1})
+        words = {"block-cap": "(Claude Code's block cap: too many turns in a row without a tool call)",
+                 "gate": "(it was waiting for a gate answer)", "interrupted": "(the session was interrupted)"}
+        t.notes.append(f"the loop paused after the previous iteration {words.get(why, '')} and has now resumed.")
+    # Claude Code ends the turn itself once a Stop hook has blocked `block_cap` times in
+    # a row with no tool call in between; count those blocks the same way.
+    if snap.turn.used_tool or not snap.stop_hook_active:
+        router["toolless_blocks"] = 0
+    else:
+        router["toolless_blocks"] = router.get("toolless_blocks", 0) + 1
+
+
+def _note_answer(t: _Tick, gate: dict, answer: str) -> None:
+    if gate["name"] == gates.REPEATED_FAILURE and answer == "skip":
+        t.notes.append(f"the user chose to skip {gate.get('item') or 'the failing item'}; move on to other work.")
+    elif gate["name"] == gates.REPEATED_FAILURE and answer == "retry":
+        t.notes.append(f"retry {gate.get('item') or 'the failing item'} once more, with a different approach.")
+
+
+def _apply_answers(t: _Tick) -> tuple[str | None, str, list[str]]:
+    """Fold in gate answers recorded since the last tick. Returns a stop, if one was chosen."""
+    b = t.budget
+    still = []
+    for gate in b.get("pending_gates") or []:
+        answer = gate.get("answer")
+        if not answer:
+            still.append(gate)
+            continue
+        t.record_gate(gate, answer, gate.get("answered_by") or "user")
+        if answer == "stop":
+            b["pending_gates"] = []
+            return gate_stop(gate["name"]), f"the user answered stop at gate {gate['name']}", ["prior_gate_stop"]
+        if gate["name"] == gates.BUDGET_ESCALATION and answer == "raise":
+            raised = gate.get("raise_to") or {}
+            changes = []
+            for dim in gate.get("dimensions") or []:
+                key = budgets.CEILING_KEY[dim]
+                cap = budgets.ceiling(b, dim)
+                if cap is None:
+                    continue
+                new = raised.get(key) or budgets.raised(cap, dim)
+                b[key] = new
+                changes.append(f"{key} {budgets.fmt(dim, cap)} → {budgets.fmt(dim, float(new))}")
+            if changes:
+                t.journal.append({"event": "ceilings", "raised": changes, "by": "gate budget-escalation"})
+                t.notes.append("ceilings raised at the user's request: " + "; ".join(changes) + ".")
+        _note_answer(t, gate, answer)
+    b["pending_gates"] = still
+    return None, "", []
+
+
+def _stop_conditions(t: _Tick, claimed: bool, where: str, folded: budgets.Folded) -> tuple[str | None, str, list[str]]:
+    snap, b, loop = t.snap, t.budget, t.loop
+    if snap.cancelled:
+        return CANCELLED, "the loop was cancelled", ["cancel"]
+    if claimed:
+        return LOOP_DONE, f"the agent ended its final message with the completion sentinel ({where})", ["completion"]
+    if snap.stop_request is not None:
+        why = str(snap.stop_request.get("reason") or "requested")
+        return stopped(why), f"a stop was requested ({why})", ["stop_request"]
+    skip = ("prs",) if loop.get("mode") == "review" else ()
+    hit = budgets.exhausted(b, skip)
+    if hit:
+        fired = [budgets.STOP_CONDITION[d] for d in hit]
+        first = hit[0]
+        if first == "iterations":
+            return MAX_ITERATIONS, f"iteration {t.iteration} of {b['max_iterations']} ended without the completion sentinel", fired
+        if first == "dollars":
+            reason = f"Cost budget reached: ${b['dollars_estimate']:,.2f} / ${float(b['max_dollars']):,.2f}"
+        else:
+            reason = f"{budgets.describe(b, first)} reached its ceiling"
+        return budget_exhausted(first), reason, fired
+    if b.get("qmd_failures_consecutive", 0) >= OUTAGE_LIMIT:
+        return (EXTERNAL_UNREACHABLE,
+                f"qmd unreachable for {OUTAGE_LIMIT} iterations ({folded.outage}) — fix per ADR-0024 (e.g., restart qmd daemon) and resume",
+                ["qmd_unreachable"])
+    return None, "", []
+
+
+def _snap(history: dict, b: dict) -> dict:
+    history["budget_snapshot"] = {
+        k: _copy(v) for k, v in b.items()
+        if k not in ("cursor", "router", "tokens_by_model", "pending_gates", "gates_this_iter", "gates_log", "tracked_prs", "active_worktrees", "last_failure", "reports_offset")
+    }
+    return history
+
+
+def _finish(t: _Tick, history: dict, action: str, reason: str, *, outcome: str, fired: list[str]) -> Decision:
+    t.router["last_action"], t.router["last_reason"] = STOP, reason
+    history["outcome"] = outcome
+    history["stop_conditions_fired"] = fired
+    history["gates"] = t.gates_record
+    return Decision(
+        STOP, reason, outcome=outcome, iteration=t.iteration, budget=t.budget, history=_snap(history, t.budget),
+        journal=t.journal + [{"event": "route", "decision": STOP, "outcome": outcome, "reason": reason}],
+        stop_conditions=fired,
+    )

@@ -26,7 +26,12 @@ class StartRequest:
     max_minutes: float | None = None
     max_tokens: int | None = None
     max_dollars: float | None = None
+    max_prs: int | None = None
     completion_promise: str = DEFAULT_PROMISE
+    lock_mode: str = "skip"
+    gate_policy: str = "ask"
+    budget_file: str | None = None
+    resume: bool = False
 
 
 def clean_session(value: str | None) -> str | None:
@@ -62,6 +67,21 @@ def validate(req: StartRequest) -> StartRequest:
         raise loops.LoopError(f"--max-tokens must be 1 or more (got {req.max_tokens})")
     if req.max_dollars < 0:
         raise loops.LoopError(f"--max-dollars must be 0 (no limit) or more (got {req.max_dollars:g})")
+    if req.max_prs is None and req.mode == "work":
+        req.max_prs = loops.DEFAULT_MAX_PRS
+    if req.max_prs is not None and req.max_prs < 1:
+        raise loops.LoopError(f"--max-prs must be 1 or more (got {req.max_prs})")
+    if req.lock_mode not in ("skip", "wait", "force"):
+        raise loops.LoopError(f"--lock must be skip, wait or force (got {req.lock_mode!r})")
+    if req.gate_policy not in ("ask", "continue", "stop"):
+        raise loops.LoopError(f"--gates must be ask, continue or stop (got {req.gate_policy!r})")
+    if req.budget_file is not None:
+        bf = Path(req.budget_file).expanduser()
+        if not bf.parent.is_dir():
+            raise loops.LoopError(f"--budget-file {req.budget_file}: its directory does not exist")
+        if bf.exists():
+            raise loops.LoopError(f"--budget-file {req.budget_file} already exists; budgets reset only with a fresh file (delete it, or use --resume)")
+        req.budget_file = str(bf.absolute())
     promise = " ".join(req.completion_promise.split())
     if not promise:
         raise loops.LoopError("--completion-promise must not be empty")
@@ -110,7 +130,10 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
             "max_minutes": req.max_minutes,
             "max_tokens": req.max_tokens,
             "max_dollars": req.max_dollars,
-            "lock_mode": "skip",
+            "max_prs": req.max_prs,
+            "lock_mode": req.lock_mode,
+            "gate_policy": req.gate_policy,
+            "budget_file": req.budget_file,
             "owner_session": req.session,
             "nonce": "lw-" + secrets.token_hex(8),
             "status": loops.ACTIVE,
@@ -122,6 +145,7 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
         loops.mark_active(paths)
         pid, ctime = locks.claude_process()
         store.write_json(paths.lock, locks.new_lock(req.session, pid, ctime, 1, now))
+        paths.configured(loop)
         store.write_json(paths.budget, router.initial_budget(loop))
         store.write_json(paths.config, loop)
     store.append_jsonl(
@@ -137,8 +161,13 @@ START_OPTIONS = {
     "--max-minutes": True,
     "--max-tokens": True,
     "--max-dollars": True,
+    "--max-prs": True,
     "--completion-promise": True,
     "--name": True,
+    "--lock": True,
+    "--gates": True,
+    "--budget-file": True,
+    "--resume": False,
 }
 
 
@@ -163,17 +192,46 @@ def request_from_args_text(text: str, session: str | None) -> StartRequest:
         req.max_dollars = _number("--max-dollars", opts["--max-dollars"], float)
     if "--completion-promise" in opts:
         req.completion_promise = str(opts["--completion-promise"])
-    if "--name" in opts:
-        req.name = str(opts["--name"])
+    if "--max-prs" in opts:
+        req.max_prs = _number("--max-prs", opts["--max-prs"], int)
+    for opt, attr in (("--name", "name"), ("--lock", "lock_mode"), ("--gates", "gate_policy"), ("--budget-file", "budget_file")):
+        if opt in opts:
+            setattr(req, attr, str(opts[opt]))
+    req.resume = bool(opts.get("--resume"))
     return req
+
+
+def ceilings_of(req: StartRequest) -> dict:
+    """The ceilings a request names explicitly (for raising them on resume)."""
+    return {k: getattr(req, k) for k in ("max_iterations", "max_minutes", "max_tokens", "max_dollars", "max_prs")
+            if getattr(req, k) is not None}
+
+
+def resumed_note(res) -> str:
+    """What resume prints: where the loop stands now, and the goal again."""
+    if res.waiting_gate:
+        g = res.waiting_gate
+        return (
+            f"loopwright: loop \"{res.paths.name}\" is held by a live session; --lock force asks first.\n"
+            f'Gate "{g["name"]}": {g["question"]}\nOptions: {", ".join(g["options"])}\n'
+            "Ask the user with the AskUserQuestion tool (exactly these options), then record the answer with:\n"
+            f"    loopwright gate answer {g['name']} <option>\n"
+            "Only after a recorded yes does the loop belong to this session; do not work on its goal before that."
+        )
+    text = announcement(res.loop, verb="resumed")
+    if res.notes:
+        text += "\n" + "\n".join(f"Note: {n}" for n in res.notes)
+    return text
 
 
 def announcement(loop: dict, verb: str = "started") -> str:
     """What the start command prints: the agent reads this as part of its prompt."""
     max_minutes = loop["max_minutes"]
+    dollars = f"${float(loop['max_dollars']):,.2f}" if loop.get("max_dollars") else "no dollar limit"
     lines = [
         f"loopwright: loop \"{loop['name']}\" {verb} ({loop['mode']} mode): up to {loop['max_iterations']} "
-        f"iterations and {max_minutes:g} minutes."
+        f"iterations, {max_minutes:g} minutes and {dollars}"
+        + (f", {loop['max_tokens']} tokens" if loop.get("max_tokens") else "") + "."
         + ("" if loop.get("owner_session") else " (No session id was given: the first session to finish a turn with this text in view adopts the loop.)"),
         "",
         "Goal:",

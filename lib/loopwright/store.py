@@ -216,3 +216,35 @@ def last_jsonl_record(path: Path, chunk: int = 65536) -> dict | None:
                             return value
             buf = lines[0] if pos else b""
     return None
+
+
+def read_jsonl_from(path: Path, offset: int) -> tuple[list[dict], int, list[str]]:
+    """Complete object lines appended after byte ``offset``: (records, new offset, problems).
+
+    A partial last line is left for the next call; a file shorter than ``offset``
+    (replaced) is read from the start.
+    """
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if offset > size:
+                offset = 0
+            fh.seek(offset)
+            data = fh.read(size - offset)
+    except FileNotFoundError:
+        return [], 0, []
+    end = data.rfind(b"\n") + 1
+    records, problems = [], []
+    for raw in data[:end].split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            problems.append(f"{Path(path).name}: a line that is not valid JSON was skipped")
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+        else:
+            problems.append(f"{Path(path).name}: a line that is not a JSON object was skipped")
+    return records, offset + end, problems

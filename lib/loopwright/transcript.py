@@ -36,14 +36,16 @@ class Cursor:
     offset: int | None = None
     last_id: str | None = None  # id of the last assistant message counted
     last_usage: dict[str, int] = field(default_factory=dict)
+    last_ts: str | None = None  # timestamp of the newest message counted
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Cursor":
         d = d or {}
-        return cls(d.get("path"), d.get("offset"), d.get("last_id"), dict(d.get("last_usage") or {}))
+        return cls(d.get("path"), d.get("offset"), d.get("last_id"), dict(d.get("last_usage") or {}), d.get("last_ts"))
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "offset": self.offset, "last_id": self.last_id, "last_usage": self.last_usage}
+        return {"path": self.path, "offset": self.offset, "last_id": self.last_id, "last_usage": self.last_usage,
+                "last_ts": self.last_ts}
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Increment:
     usage: dict[str, dict[str, int]] = field(default_factory=dict)  # model -> field -> tokens
     compacted: bool = False
     nonce_seen: bool = False
+    recount_guard: str | None = None  # after a rewind: messages at or before this time were counted already
     bytes_read: int = 0
     bad_lines: int = 0
     notes: list[str] = field(default_factory=list)
@@ -104,7 +107,7 @@ def _line_start_after(path: str, offset: int) -> int:
 
 
 def read_increment(path: str | None, cursor: Cursor, nonce: str | None = None) -> Increment:
-    inc = Increment(cursor=Cursor(path, cursor.offset, cursor.last_id, dict(cursor.last_usage)))
+    inc = Increment(cursor=Cursor(path, cursor.offset, cursor.last_id, dict(cursor.last_usage), cursor.last_ts))
     if not path:
         return inc
     try:
@@ -114,12 +117,15 @@ def read_increment(path: str | None, cursor: Cursor, nonce: str | None = None) -
         return inc
     cur = inc.cursor
     if cursor.path and cursor.path != path:
-        # A different transcript (e.g. the session was resumed under a new file).
+        # A different transcript (e.g. the session was resumed under a new file). It may
+        # repeat messages already counted: those carry old timestamps and are skipped.
         cur.offset, cur.last_id, cur.last_usage = None, None, {}
+        inc.recount_guard = cursor.last_ts
     start = cur.offset
     if start is not None and start > size:
         inc.notes.append("transcript is shorter than the stored offset; reading it from the start")
         start, cur.last_id, cur.last_usage = 0, None, {}
+        inc.recount_guard = cursor.last_ts
     if start is None:
         found = _find_backwards(path, nonce.encode(), size) if nonce else None
         if found is not None:
@@ -175,7 +181,12 @@ def _take_assistant(inc: Increment, entry: dict[str, Any]) -> None:
         inc.final_blocks.extend(texts)
     usage = msg.get("usage")
     if isinstance(usage, dict):
+        ts = entry.get("timestamp") if isinstance(entry.get("timestamp"), str) else None
+        if inc.recount_guard and ts and ts <= inc.recount_guard:
+            return  # counted before the transcript was rewritten
         _count_usage(inc, mid, str(msg.get("model") or "unknown"), usage)
+        if ts and (inc.cursor.last_ts is None or ts > inc.cursor.last_ts):
+            inc.cursor.last_ts = ts
 
 
 def _count_usage(inc: Increment, mid: str | None, model: str, usage: dict) -> None:
@@ -204,3 +215,23 @@ def tail_text(path: str | None, limit: int = 65536) -> bytes:
             return fh.read()
     except OSError:
         return b""
+
+
+def merge(first: Increment, more: Increment) -> Increment:
+    """``first`` followed by ``more`` (read from where ``first`` stopped)."""
+    out = Increment(cursor=more.cursor, used_tool=first.used_tool or more.used_tool,
+                    compacted=first.compacted or more.compacted, nonce_seen=first.nonce_seen or more.nonce_seen,
+                    bytes_read=first.bytes_read + more.bytes_read, bad_lines=first.bad_lines + more.bad_lines,
+                    notes=first.notes + more.notes)
+    out.final_message_id, out.final_blocks = first.final_message_id, list(first.final_blocks)
+    if more.final_message_id is not None:
+        if more.final_message_id != first.final_message_id:
+            out.final_blocks = []
+        out.final_message_id = more.final_message_id
+        out.final_blocks.extend(more.final_blocks)
+    for src in (first.usage, more.usage):
+        for model, counts in src.items():
+            slot = out.usage.setdefault(model, {f: 0 for f in USAGE_FIELDS})
+            for f in USAGE_FIELDS:
+                slot[f] += counts.get(f, 0)
+    return out
