@@ -59,12 +59,11 @@ def budget_escalation(budget: dict, dims: list[str]) -> dict:
 
 
 def repeated_failure(failure: dict) -> dict:
-    item = failure.get("item") or "The work item"
+    item = (failure.get("item") or "").strip()
     if item.isdigit():
         item = f"#{item}"
-    question = f"{item} failed twice with: {failure['root_cause']}. Skip, retry once more, or stop the loop?"
-    if item != "The work item" and not item.lower().startswith(("issue", "pr")):
-        question = ("Issue " + question) if item.startswith("#") else question
+    subject = f"Issue {item}" if item.startswith("#") else (item or "The same work")
+    question = f"{subject} failed twice with: {failure['root_cause']}. Skip, retry once more, or stop the loop?"
     return {"name": REPEATED_FAILURE, "question": question, "options": OPTIONS[REPEATED_FAILURE], "item": failure.get("item")}
 
 
