@@ -9,9 +9,11 @@ are noisy and ratios are not:
   foreign session    a loop is active, but owned by another session
   active 10 KB       the owning session's Stop, 10 KB transcript
   active 100 MB      the same with a 100 MB transcript
+  ... + 100k history the 100 MB case with a 100,000-line history.jsonl
 
-Targets (issue #2): fast path <= 1.3x bare; active decision <= 150 ms median and
-within +-20% between the 10 KB and the 100 MB transcript.
+Targets: fast path <= 1.3x bare; active decision <= 150 ms median and within
++-20% between the 10 KB and the 100 MB transcript, also with a 100,000-line
+history (a tick appends to the history, it never reads it).
 
     python bench/bench_stop.py [--runs N] [--big-mb 100] [--check] [--json]
 """
@@ -89,6 +91,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--big-mb", type=int, default=100)
+    ap.add_argument("--history-lines", type=int, default=100_000)
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
@@ -104,6 +107,11 @@ def main() -> int:
                                   "stop_hook_active": False, "last_assistant_message": "hi"}).encode()
         p_small, ev_small = active_project(root, "p_small", small)
         p_big, ev_big = active_project(root, "p_big", big)
+        p_hist, ev_hist = active_project(root, "p_hist", big)
+        hist = p_hist / ".loopwright" / "loops" / "prompt" / "history.jsonl"
+        line = hist.read_bytes().splitlines()[-1] + b"\n"
+        with open(hist, "ab") as fh:
+            fh.write(line * args.history_lines)
         foreign_event = ev_small.replace(b'"BENCH"', b'"SOMEONE-ELSE"')
 
         counter = [10**6]
@@ -124,6 +132,7 @@ def main() -> int:
             "foreign session": lambda n: timed([str(STOP)], foreign_event, env_for(p_small), n),
             "active 10 KB": lambda n: timed([str(STOP)], ev_small, env_for(p_small), n, grow(small)),
             f"active {args.big_mb} MB": lambda n: timed([str(STOP)], ev_big, env_for(p_big), n, grow(big)),
+            f"  + {args.history_lines // 1000}k history": lambda n: timed([str(STOP)], ev_hist, env_for(p_hist), n, grow(big)),
         }
         for name in series:
             results[name] = []
@@ -135,11 +144,13 @@ def main() -> int:
         med = {k: statistics.median(v) for k, v in results.items()}
         bare = med["bare python -c pass"]
         big_key = f"active {args.big_mb} MB"
+        hist_key = f"  + {args.history_lines // 1000}k history"
         checks = {
             "fast path <= 1.3x bare": med["fast path"] <= 1.3 * bare,
             "active 10 KB median <= 150 ms": med["active 10 KB"] <= 150,
             f"{big_key} median <= 150 ms": med[big_key] <= 150,
             f"{big_key} within 20% of 10 KB": abs(med[big_key] - med["active 10 KB"]) <= 0.2 * med["active 10 KB"],
+            "history size does not matter (within 20%)": abs(med[hist_key] - med["active 10 KB"]) <= 0.2 * med["active 10 KB"],
         }
         if args.json:
             print(json.dumps({"median_ms": med, "ratio_to_bare": {k: v / bare for k, v in med.items()}, "checks": checks}, indent=2))

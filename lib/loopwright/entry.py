@@ -15,16 +15,22 @@ MAX_STDIN_BYTES = 16 * 1024 * 1024
 
 def stop() -> int:
     raw = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    try:
+        data = json.loads(raw) if len(raw) <= MAX_STDIN_BYTES else None
+    except Exception:
+        data = None
+    if not isinstance(data, dict):
+        data = None
     if not (os.environ.get("LOOPWRIGHT_STATE_DIR") or os.environ.get("CLAUDE_PROJECT_DIR")):
         # The launcher could not decide without the hook's cwd; decide here, cheaply.
-        try:
-            cwd = json.loads(raw).get("cwd")
-        except Exception:
-            cwd = None
-        if not has_active_loops(state_dir(cwd if isinstance(cwd, str) else None)):
-            return 0
-    elif not has_active_loops(state_dir()):
+        cwd = data.get("cwd") if data else None
+        state = state_dir(cwd if isinstance(cwd, str) else None)
+    else:
+        state = state_dir()
+    if not has_active_loops(state):
         return 0
+    if data is not None and not _may_concern(state, data.get("session_id")):
+        return 0  # another session's loop: pass through without loading anything more
     try:
         from . import hook
     except ImportError as exc:
@@ -36,6 +42,17 @@ def stop() -> int:
         )}))
         return 0
     return hook.main_with(raw)
+
+
+def _may_concern(state, session) -> bool:
+    """Whether some active loop is this session's, or could be (unowned, unreadable)."""
+    if not isinstance(session, str):
+        return True  # let the full hook explain what is wrong with the input
+    for entry in os.listdir(state / "active"):
+        cfg = _read_json(state / "loops" / entry / "loop.json")
+        if cfg is None or cfg.get("status") != "active" or cfg.get("owner_session") in (session, None):
+            return True
+    return False
 
 
 def prompt() -> int:
