@@ -512,7 +512,7 @@ def test_sigkill_mid_loop_then_resume_in_new_session(claude, project, tmp_path):
     assert cfg["started_at"] == before_cfg["started_at"]
     assert [h["iteration"] for h in history(project)] == [1, 2]
     assert lock["owner"] == f"session:{sid_a}"
-    assert isinstance(lock["pid"], int)
+    assert lock["pid"] == proc.pid  # the Claude Code process itself
     wait_for(lambda: not psutil.pid_exists(lock["pid"]) or psutil.Process(lock["pid"]).status() == psutil.STATUS_ZOMBIE,
              10, "the lock's process to be gone")
     a_reqs = server_a.conversation_requests[:2]  # the two iterations A finished
@@ -595,13 +595,14 @@ def test_resume_refused_against_live_owner_then_taken_over(claude, project):
         owner.kill()
         owner.wait(timeout=10)
 
-    # the owner is gone: the same command now takes over
+    # the owner is gone: the same command, again in session B, now takes over
     res2 = claude.run(
         "/loopwright:resume",
         [fakeapi.text("B: installer rewritten.\n<promise>DONE</promise>"), fakeapi.text("MUST NOT BE SENT")],
-        session_id=sid_b,
+        extra_args=["--resume", sid_b],
     )
     ok(res2)
+    assert res2.session_id == sid_b
     assert len(conv(res2)) == 1 and res2.server.remaining == 1, res2.describe()
     first = prompt_context(conv(res2)[0])
     assert 'loop "prompt" resumed' in first and f"Reaped stale lock for pid {owner.pid}" in first, first

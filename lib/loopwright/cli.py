@@ -82,6 +82,8 @@ def main(ctx: click.Context, project: str | None) -> None:
 @click.option("--lock", "lock_mode", type=click.Choice(["skip", "wait", "force"]), help="What resuming does against a live owner (default: skip).")
 @click.option("--gates", "gate_policy", type=click.Choice(["ask", "continue", "stop"]), help="Gate policy: ask the user (default), or decide unattended.")
 @click.option("--budget-file", type=click.Path(dir_okay=False), help="Keep budget.json at this path instead of the loop directory.")
+@click.option("--verify", help="A command that must pass (exit 0) before a completion claim is accepted, e.g. 'pytest -q'.")
+@click.option("--verify-timeout", type=float, help="Seconds the --verify command may run (default 300, at most 840).")
 @click.option("--session", help="Claude Code session id that owns the loop (default: $CLAUDE_CODE_SESSION_ID).")
 @click.option("--prompt-file", type=click.File("r"), help="Read the goal from a file ('-' for stdin).")
 @click.option("--args-stdin", is_flag=True, help="Read the raw slash-command argument text from stdin (goal and options together).")
@@ -473,6 +475,154 @@ def statusline() -> None:
     from .entry import statusline as line
 
     sys.exit(line())
+
+
+# --- tasks ------------------------------------------------------------------------------------
+
+
+def _task_file(obj: Ctx, loop_name: str | None, project_arg: str | None = None) -> Path:
+    from . import tasks as taskreg
+    from .project import project_config
+
+    state = obj.state if not project_arg else Path(project_arg).absolute() / STATE_DIRNAME
+    project = state.parent
+    config, problem = project_config(project)
+    if problem:
+        click.echo(f"loopwright: {problem}", err=True)
+    loop_dir = None
+    session = _env_session()
+    if loop_name:
+        loop_dir = control.pick_loop(state, loop_name, None, active_only=False).dir
+    elif session:
+        try:
+            loop_dir = control.pick_loop(state, None, session, own_only=True).dir
+        except loops.LoopError:
+            loop_dir = None  # this session runs no loop: the project's own registry
+    try:
+        return taskreg.tasks_path(project, state, loop_dir, config)
+    except taskreg.TaskError as exc:
+        raise loops.LoopError(str(exc)) from None
+
+
+def _task_call(fn, *args, **kw):
+    from . import tasks as taskreg
+
+    try:
+        return fn(*args, **kw)
+    except taskreg.TaskError as exc:
+        raise loops.LoopError(str(exc)) from None
+
+
+def _emit(as_json: bool, data: dict, text: str) -> None:
+    click.echo(orjson.dumps(data).decode() if as_json else text)
+
+
+@main.group()
+def task() -> None:
+    """Tasks: the loop's work list. A loop cannot finish while a task is open.
+
+    Inside a loop the tasks belong to that loop; elsewhere to the project. The file is
+    $LOOPWRIGHT_TASKS_FILE (absolute) if set, else `tasks_file` in .loopwright.json.
+    """
+
+
+@task.command("add")
+@click.argument("text", nargs=-1, required=True)
+@click.option("--depends-on", multiple=True, metavar="ID", help="A task that must be done first; repeatable.")
+@click.option("--source", default="manual", show_default=True, help="Where the task came from.")
+@click.option("--loop", "loop_name", help="The loop whose tasks to change (default: this session's).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def task_add(obj: Ctx, text, depends_on, source, loop_name, as_json) -> None:
+    """Add an open task; prints its id."""
+    from . import tasks as taskreg
+
+    entry = _task_call(taskreg.add, _task_file(obj, loop_name), " ".join(text), source, list(depends_on))
+    _emit(as_json, entry, entry["id"])
+
+
+@task.command("complete")
+@click.argument("task_id", metavar="ID")
+@click.option("--loop", "loop_name", help="The loop whose tasks to change (default: this session's).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def task_complete(obj: Ctx, task_id, loop_name, as_json) -> None:
+    """Mark a task done (a task already done stays as it is)."""
+    from . import tasks as taskreg
+
+    entry, changed = _task_call(taskreg.complete, _task_file(obj, loop_name), task_id)
+    _emit(as_json, {"task": entry, "changed": changed},
+          f"{task_id} done" if changed else f"{task_id} was already done; nothing changed")
+
+
+@task.command("update")
+@click.argument("task_id", metavar="ID")
+@click.argument("text", nargs=-1, required=True)
+@click.option("--loop", "loop_name", help="The loop whose tasks to change (default: this session's).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def task_update(obj: Ctx, task_id, text, loop_name, as_json) -> None:
+    """Replace a task's description (its status is kept)."""
+    from . import tasks as taskreg
+
+    entry = _task_call(taskreg.update, _task_file(obj, loop_name), task_id, " ".join(text))
+    _emit(as_json, entry, f"{task_id} updated")
+
+
+@task.command("remove")
+@click.argument("task_id", metavar="ID")
+@click.argument("reason", nargs=-1)
+@click.option("--loop", "loop_name", help="The loop whose tasks to change (default: this session's).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def task_remove(obj: Ctx, task_id, reason, loop_name, as_json) -> None:
+    """Remove a task for good (REASON defaults to "manual")."""
+    from . import tasks as taskreg
+
+    entry = _task_call(taskreg.remove, _task_file(obj, loop_name), task_id, " ".join(reason) or "manual")
+    _emit(as_json, entry, f"{task_id} removed ({entry['reason']})")
+
+
+@task.command("list")
+@click.argument("project_dir", required=False, type=click.Path(file_okay=False))
+@click.option("--loop", "loop_name", help="The loop whose tasks to show (default: this session's).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def task_list(obj: Ctx, project_dir, loop_name, as_json) -> None:
+    """All tasks, grouped by status: open oldest first, done most recent first."""
+    from . import tasks as taskreg
+
+    path = _task_file(obj, loop_name, project_dir)
+    reg = taskreg.load(path)
+    for p in reg.problems:
+        click.echo(f"loopwright: {p}", err=True)
+    if as_json:
+        click.echo(orjson.dumps({"file": str(path), "open": reg.open, "done": reg.done, "problems": reg.problems}).decode())
+        return
+    if not reg.total:
+        click.echo(f"No tasks ({path}).")
+        return
+    click.echo(taskreg.render(reg, budget_chars=10**12))
+    click.echo(taskreg.pressure_line(reg))
+
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print capabilities.json.")
+@click.pass_obj
+def discover(obj: Ctx, as_json) -> None:
+    """Detect the CLI tools and MCP servers a loop can use; writes .loopwright/capabilities.json."""
+    from . import discover as disc
+
+    caps = disc.discover(obj.state)
+    if as_json:
+        click.echo(orjson.dumps(caps, option=orjson.OPT_INDENT_2).decode())
+        return
+    click.echo(f"tools on PATH: {', '.join(caps['available']) or 'none'}")
+    click.echo(f"project test commands: {', '.join(caps['project_test_commands']) or 'none found'}")
+    servers = ", ".join(f"{m['name']} ({m['source']})" for m in caps["mcp_servers"]) or "none configured"
+    click.echo(f"MCP servers: {servers}")
+    click.echo(f"written to {obj.state / 'capabilities.json'}")
 
 
 def run() -> None:

@@ -72,7 +72,7 @@ def _wiring() -> list[Check]:
         hooks = json.loads(hooks_file.read_text())["hooks"]
     except (OSError, ValueError, KeyError) as exc:
         return checks + [Check(FAIL, "hooks.json", f"{hooks_file}: {exc}")]
-    for event in ("SessionStart", "UserPromptSubmit", "Stop"):
+    for event in ("SessionStart", "UserPromptSubmit", "Stop", "PostToolUseFailure"):
         entries = [h for group in hooks.get(event, []) for h in group.get("hooks", [])]
         if not entries:
             checks.append(Check(FAIL, f"{event} hook", "not wired in hooks/hooks.json"))

@@ -131,3 +131,15 @@ def _read_json(path) -> dict | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def tool_failure() -> int:
+    """PostToolUseFailure: only with an active loop in the project does Python go further."""
+    raw = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    if not has_active_loops(state_dir()):
+        return 0
+    try:
+        from . import hook
+    except ImportError:
+        return 0  # the Stop hook reports missing packages; this side channel stays quiet
+    return hook.tool_failure_main(raw)

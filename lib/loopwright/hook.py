@@ -9,6 +9,7 @@ blocks on input it does not understand.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -16,11 +17,14 @@ from typing import Any
 
 import orjson
 
-from . import claudemd, rates
+import dataclasses
+
+from . import claudemd, rates, verify
 from . import lock as locks
 from . import loops, report, router, store, transcript
+from . import tasks as taskreg
 from .entry import MAX_STDIN_BYTES
-from .project import state_dir
+from .project import project_config, state_dir
 
 
 class HookInput:
@@ -58,7 +62,7 @@ def debug(state: Path | None, message: str) -> None:
     if os.environ.get("LOOPWRIGHT_DEBUG") != "1" or state is None:
         return
     try:
-        state.mkdir(parents=True, exist_ok=True)
+        loops.ensure_ignored(state)
         with open(state / "debug.log", "a", encoding="utf-8") as fh:
             fh.write(f"{locks.now_iso()} pid={os.getpid()} {message}\n")
     except OSError:
@@ -184,8 +188,15 @@ def observe(
     notes.extend(f"loopwright: {p}" for p in problems)
     rules = project_rules(loop)
     notes.extend(f"loopwright: {p}" for p in rules.problems)
+    registry, budget_chars = loop_tasks(paths, loop, notes)
+    pending = None
+    if paths.backprop_pending.exists():
+        try:
+            pending = store.read_json(paths.backprop_pending, move_corrupt=move)
+        except store.CorruptFile as exc:
+            notes.append(f"loopwright: {exc}")
     cap = os.environ.get("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "8")
-    return router.Snapshot(
+    snap = router.Snapshot(
         now=now,
         session_id=hook.session_id,
         loop=loop,
@@ -200,7 +211,31 @@ def observe(
         block_cap=int(cap) if cap.isdigit() else 8,
         reports=tuple(reports),
         rates=rates.table(rules.rates),
+        tasks=registry,
+        tasks_budget_chars=budget_chars,
+        backprop_pending=pending,
     )
+    if not dry_run and router.needs_verification(snap):
+        timeout = min(float(loop.get("verify_timeout") or verify.DEFAULT_TIMEOUT), verify.MAX_TIMEOUT)
+        snap = dataclasses.replace(snap, verify_result=verify.run(loop["verify"], Path(loop["project_dir"]), timeout))
+    return snap
+
+
+def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str]) -> tuple[taskreg.Registry, int]:
+    """The loop's task registry and the prompt's character budget for it."""
+    project = Path(loop.get("project_dir") or paths.state.parent)
+    config, problem = project_config(project)
+    if problem:
+        notes.append(f"loopwright: {problem}")
+    try:
+        path = taskreg.tasks_path(project, paths.state, paths.dir, config)
+    except taskreg.TaskError as exc:
+        notes.append(f"loopwright: {exc}")
+        path = paths.tasks
+    registry = taskreg.load(path)
+    notes.extend(f"loopwright: {p}" for p in registry.problems[:3])
+    chars = (config.get("tasks") or {}).get("prompt_budget_chars") if isinstance(config.get("tasks"), dict) else None
+    return registry, int(chars) if isinstance(chars, int) and chars > 0 else taskreg.DEFAULT_PROMPT_BUDGET
 
 
 def project_rules(loop: dict) -> claudemd.ProjectRules:
@@ -276,8 +311,18 @@ def apply(paths: loops.LoopPaths, loop: dict, snap: router.Snapshot, decision: r
     if decision.action == router.STOP:
         summary = report.end_loop(paths, loop, decision.budget, decision.outcome, decision.reason, now, redactions)
         return {"systemMessage": summary}
+    if decision.backprop_new is not None and decision.action != router.CONTINUE:
+        store.write_json(paths.backprop_pending, decision.backprop_new)  # delivered by a later prompt
     if decision.action == router.PAUSE:
         return {"systemMessage": decision.system_message}
+    if decision.backprop_delivered is not None:
+        with store.file_lock(paths.backprop_log.with_name(".backprop-log.lock")):
+            with open(paths.backprop_log, "a", encoding="utf-8") as fh:
+                fh.write(claudemd.redact(verify.log_entry(decision.backprop_delivered, decision.iteration, locks.now_iso(now)), redactions))
+        try:
+            paths.backprop_pending.unlink()  # consumed: this prompt carries it
+        except FileNotFoundError:
+            pass
     lock = snap.lock if snap.lock_state == router.LOCK_OURS else None
     if lock is None:  # free or stale: this session (re)takes it
         pid, ctime = locks.claude_process()
@@ -352,4 +397,58 @@ def main_with(raw: bytes) -> int:
     if answer:
         sys.stdout.buffer.write(orjson.dumps(answer))
         sys.stdout.flush()
+    return 0
+
+
+# --- auto-backprop: a failing test run noticed as it happens -------------------------------------
+
+TEST_RUNNER_RE = re.compile(
+    r"(^|[\s;&|(])(pytest|py\.test|tox|nox|jest|vitest|mocha|rspec|phpunit|ctest|"
+    r"(python3?|uv run|poetry run) -m (pytest|unittest)|(npm|yarn|pnpm|bun)( run)? test|npx (jest|vitest|mocha)|"
+    r"go test|cargo (test|nextest)|mvn( -\S+)* (test|verify)|(\./)?gradlew? test|dotnet test|mix test|swift test|"
+    r"make (test|check))\b"
+)
+_EXIT = re.compile(r"^Exit code (\d+)")
+
+
+def is_test_run(command: str, loop: dict) -> bool:
+    check = (loop.get("verify") or "").strip()
+    return bool((check and check in command) or TEST_RUNNER_RE.search(command))
+
+
+def handle_tool_failure(raw: bytes) -> None:
+    """PostToolUseFailure on Bash: inside this session's active loop, a failed test run
+    raises the backprop flag so the next prompt opens with the failure."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(data, dict) or data.get("tool_name") != "Bash" or not isinstance(data.get("session_id"), str):
+        return
+    command = (data.get("tool_input") or {}).get("command") if isinstance(data.get("tool_input"), dict) else None
+    error = data.get("error")
+    if not isinstance(command, str) or not isinstance(error, str) or data.get("is_interrupt"):
+        return
+    state = state_dir(data.get("cwd") if isinstance(data.get("cwd"), str) else None)
+    hook = HookInput({"session_id": data["session_id"], "cwd": data.get("cwd")})
+    now = time.time()
+    paths = find_loop(state, hook, now, [])
+    if paths is None:
+        return
+    with loops.loop_mutex(paths):
+        loop = loops.load_config(paths)
+        if not loop or loop.get("status") != loops.ACTIVE or not is_test_run(command, loop):
+            return
+        m = _EXIT.match(error)
+        pending = {"source": "post-tool", "command": command, "exit_code": int(m.group(1)) if m else None,
+                   "timed_out": False, "seconds": None, "output_tail": error[-verify.TAIL_CHARS:], "at": locks.now_iso(now)}
+        store.write_json(paths.backprop_pending, claudemd.redact(pending, project_rules(loop).redactions))
+    journal(paths, {"event": "backprop", "source": "post-tool", "command": command}, now, hook.session_id)
+
+
+def tool_failure_main(raw: bytes) -> int:
+    try:
+        handle_tool_failure(raw)
+    except Exception as exc:  # never disturb the session over a side channel
+        debug(state_dir(), f"tool-failure hook error: {exc!r}")
     return 0

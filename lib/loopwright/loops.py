@@ -52,6 +52,9 @@ class LoopPaths:
         self.report = d / "report.md"
         self.mutex = d / ".mutex"
         self.reports = d / "reports.jsonl"
+        self.tasks = d / "tasks.jsonl"
+        self.backprop_pending = d / "backprop-pending.json"
+        self.backprop_log = d / "backprop-log.md"
         self.ledger = d / "token-ledger.json"
         self.marker = self.state / "active" / name
 
@@ -73,9 +76,14 @@ def validate_name(name: str) -> str:
 def ensure_state_dir(state: Path) -> None:
     (state / "loops").mkdir(parents=True, exist_ok=True)
     (state / "active").mkdir(exist_ok=True)
+    ensure_ignored(state)
+
+
+def ensure_ignored(state: Path) -> None:
+    """History and telemetry are secret-class: the directory keeps itself out of git."""
+    state.mkdir(parents=True, exist_ok=True)
     ignore = state / ".gitignore"
     if not ignore.exists():
-        # History and telemetry are secret-class: keep the whole directory out of git.
         store.write_text(ignore, "*\n")
 
 

@@ -10,10 +10,10 @@ STATE_DIRNAME = ".loopwright"
 
 
 def project_dir(cwd: str | os.PathLike | None = None) -> Path:
-    """``$CLAUDE_PROJECT_DIR`` (set for hooks), else the nearest directory above
+    """``$CLAUDE_PROJECT_DIR`` (set for hooks), else ``$LOOPWRIGHT_PROJECT_DIR``, else the nearest directory above
     ``cwd`` that already holds loop state (so a command run in a subdirectory
     finds the loop its session started), else the git top level, else ``cwd``."""
-    env = os.environ.get("CLAUDE_PROJECT_DIR")
+    env = os.environ.get("CLAUDE_PROJECT_DIR") or os.environ.get("LOOPWRIGHT_PROJECT_DIR")
     if env:
         return Path(env)
     start = Path(cwd) if cwd else Path.cwd()
@@ -27,6 +27,26 @@ def project_dir(cwd: str | os.PathLike | None = None) -> Path:
             git_top = candidate
             break
     return git_top or start
+
+
+CONFIG_FILENAME = ".loopwright.json"
+
+
+def project_config(project: Path) -> tuple[dict, str | None]:
+    """The project's ``.loopwright.json`` (committed settings such as ``tasks_file``
+    and ``tasks.prompt_budget_chars``), and a problem line if it is unreadable."""
+    import json
+
+    path = Path(project) / CONFIG_FILENAME
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, ValueError) as exc:
+        return {}, f"{CONFIG_FILENAME} is not valid JSON ({exc}); its settings are ignored until it is fixed"
+    if not isinstance(value, dict):
+        return {}, f"{CONFIG_FILENAME} must hold a JSON object; its settings are ignored"
+    return value, None
 
 
 def state_dir(cwd: str | os.PathLike | None = None) -> Path:

@@ -58,9 +58,13 @@ def status_block(loop: dict, budget: dict, iteration: int) -> str:
     return " · ".join(parts)
 
 
-def next_prompt(loop: dict, budget: dict, iteration: int, notes: list[str], gate_section: str | None = None) -> str:
+def next_prompt(loop: dict, budget: dict, iteration: int, notes: list[str], gate_section: str | None = None,
+                tasks_section: str = "", pressure: str | None = None) -> str:
     """What the agent reads at the start of iteration ``iteration``."""
-    lines = [status_block(loop, budget, iteration), ""]
+    lines = [status_block(loop, budget, iteration)]
+    if pressure:
+        lines.append(pressure)
+    lines.append("")
     lines += [f"Note: {n}" for n in notes]
     if notes:
         lines.append("")
@@ -74,6 +78,12 @@ def next_prompt(loop: dict, budget: dict, iteration: int, notes: list[str], gate
         loop["prompt"],
         "</goal>",
         "",
+    ]
+    if tasks_section:
+        lines += [tasks_section, ""]
+    if loop.get("verify"):
+        lines += [f"Completion is accepted only when `{loop['verify']}` passes in the project; loopwright runs it.", ""]
+    lines += [
         "When the goal is fully achieved and you have checked that it is, end your final message "
         "with this line, alone on its line:",
         sentinel(loop["completion_promise"]),

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import budget as budgets
-from . import gates, prompts
+from . import gates, prompts, verify
+from . import tasks as taskreg
 from .completion import has_sentinel
 from .lock import now_iso, parse_iso
 from .rates import RateTable, table
@@ -33,6 +34,7 @@ MAX_ITERATIONS = "MAX_ITERATIONS"
 CANCELLED = "CANCELLED"
 LOCK_CONFLICT = "LOCK_CONFLICT"
 EXTERNAL_UNREACHABLE = "EXTERNAL_UNREACHABLE"
+DEPENDENCY_CYCLE = "DEPENDENCY_CYCLE"
 OUTAGE_LIMIT = 2  # consecutive iterations with the external service unreachable
 
 
@@ -68,6 +70,10 @@ class Snapshot:
     block_cap: int = 8
     reports: tuple = ()
     rates: RateTable | None = None
+    tasks: taskreg.Registry | None = None
+    tasks_budget_chars: int = taskreg.DEFAULT_PROMPT_BUDGET
+    verify_result: dict | None = None  # the completion check, when it ran this tick
+    backprop_pending: dict | None = None  # a failure waiting to open the next prompt
 
 
 @dataclass
@@ -82,6 +88,8 @@ class Decision:
     history: dict | None = None
     journal: list[dict] = field(default_factory=list)
     stop_conditions: list[str] = field(default_factory=list)
+    backprop_new: dict | None = None  # write backprop-pending.json
+    backprop_delivered: dict | None = None  # the pending failure this prompt carries: log it, clear it
 
     @property
     def ends_loop(self) -> bool:
@@ -90,6 +98,16 @@ class Decision:
 
 def initial_budget(loop: dict) -> dict:
     return budgets.initial(loop)
+
+
+def needs_verification(snap: Snapshot) -> bool:
+    """Whether this Stop must run the loop's --verify check: completion is claimed
+    and no task is open (the task gate rejects it first)."""
+    if not snap.loop.get("verify") or snap.cancelled:
+        return False
+    if snap.tasks is not None and snap.tasks.open:
+        return False
+    return completion_claimed(snap)[0]
 
 
 def completion_claimed(snap: Snapshot) -> tuple[bool, str]:
@@ -124,6 +142,8 @@ class _Tick:
         self.gates_record: list[dict] = list(b.get("gates_this_iter") or [])
         b["gates_this_iter"] = []
         self.stamp = now_iso(snap.now)
+        self.rejected: str | None = None
+        self.backprop_new: dict | None = None
 
     def record_gate(self, gate: dict, answer: str | None, by: str) -> None:
         entry = gates.record(gate, answer, self.stamp, by)
@@ -292,16 +312,28 @@ def decide(snap: Snapshot) -> Decision:
     else:
         reason = f"iteration {t.iteration} ended without the completion sentinel; iteration {t.iteration + 1} begins"
         section = None
+    if t.rejected:
+        reason = f"iteration {t.iteration} claimed completion, rejected by the {'task gate' if t.rejected == 'tasks' else 'completion check'}"
+        history["completion_rejected"] = t.rejected
+    backprop = t.backprop_new or snap.backprop_pending
+    tasks_text = taskreg.render(snap.tasks, snap.tasks_budget_chars) if snap.tasks is not None else ""
     router["last_action"], router["last_reason"] = CONTINUE, reason
+    prompt = prompts.next_prompt(loop, b, t.iteration + 1, t.notes, gate_section=section,
+                                 tasks_section=tasks_text,
+                                 pressure=taskreg.pressure_line(snap.tasks) if snap.tasks is not None and snap.tasks.total else None)
+    if backprop:
+        prompt = verify.directive(backprop) + "\n\n" + prompt
     return Decision(
         CONTINUE,
         reason,
         iteration=t.iteration,
-        prompt=prompts.next_prompt(loop, b, t.iteration + 1, t.notes, gate_section=section),
-        system_message=prompts.status_line(loop, b, t.iteration + 1),
+        prompt=prompt,
+        system_message=prompts.status_line(loop, b, t.iteration + 1) + (" · completion check failed" if t.backprop_new else ""),
         budget=b,
         history=_snap(history, b),
         journal=t.journal + [{"event": "route", "decision": CONTINUE, "reason": reason}],
+        backprop_new=t.backprop_new,
+        backprop_delivered=backprop,
     )
 
 
@@ -372,7 +404,10 @@ def _stop_conditions(t: _Tick, claimed: bool, where: str, folded: budgets.Folded
     if snap.cancelled:
         return CANCELLED, "the loop was cancelled", ["cancel"]
     if claimed:
-        return LOOP_DONE, f"the agent ended its final message with the completion sentinel ({where})", ["completion"]
+        rejected = _completion_gates(t)
+        if rejected is None:
+            how = " and the check passed" if snap.verify_result else ""
+            return LOOP_DONE, f"the agent ended its final message with the completion sentinel ({where}){how}", ["completion"]
     if snap.stop_request is not None:
         why = str(snap.stop_request.get("reason") or "requested")
         return stopped(why), f"a stop was requested ({why})", ["stop_request"]
@@ -388,11 +423,44 @@ def _stop_conditions(t: _Tick, claimed: bool, where: str, folded: budgets.Folded
         else:
             reason = f"{budgets.describe(b, first)} reached its ceiling"
         return budget_exhausted(first), reason, fired
+    cycle = taskreg.dependency_cycle(snap.tasks) if snap.tasks is not None else None
+    if cycle:
+        edges = " → ".join(cycle)
+        return DEPENDENCY_CYCLE, f"Dependency cycle detected: {edges} — please resolve manually", ["dependency_cycle"]
     if b.get("qmd_failures_consecutive", 0) >= OUTAGE_LIMIT:
         return (EXTERNAL_UNREACHABLE,
                 f"qmd unreachable for {OUTAGE_LIMIT} iterations ({folded.outage}) — fix per ADR-0024 (e.g., restart qmd daemon) and resume",
                 ["qmd_unreachable"])
     return None, "", []
+
+
+def _completion_gates(t: _Tick) -> str | None:
+    """None when a claimed completion stands; otherwise why it was rejected."""
+    snap = t.snap
+    if snap.tasks is not None and snap.tasks.open:
+        ids = [task["id"] for task in snap.tasks.open]
+        t.journal.append({"event": "task.gate", "open": ids})
+        t.notes.append(
+            f"you claimed completion, but {len(ids)} task(s) are still open: {', '.join(ids)}. Finish them "
+            "(`loopwright task complete <id>`) or remove the ones that no longer apply "
+            "(`loopwright task remove <id> <reason>`), then claim completion again."
+        )
+        t.rejected = "tasks"
+        return "tasks"
+    if snap.loop.get("verify"):
+        result = snap.verify_result
+        if result is None:
+            t.notes.append("you claimed completion, but the completion check could not run; claim it again.")
+            t.rejected = "verify"
+            return "verify"
+        if not verify.passed(result):
+            t.journal.append({"event": "verify", "passed": False, "exit_code": result.get("exit_code"),
+                              "timed_out": result.get("timed_out"), "command": result.get("command")})
+            t.backprop_new = dict(result, source="verify", iteration=t.iteration)
+            t.rejected = "verify"
+            return "verify"
+        t.journal.append({"event": "verify", "passed": True, "command": result.get("command"), "seconds": result.get("seconds")})
+    return None
 
 
 def _snap(history: dict, b: dict) -> dict:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import lock as locks
-from . import loops, router, slashargs, store
+from . import loops, router, slashargs, store, verify
 from .completion import DEFAULT_PROMISE, sentinel
 
 MAX_PROMPT_CHARS = 100_000
@@ -31,6 +31,8 @@ class StartRequest:
     lock_mode: str = "skip"
     gate_policy: str = "ask"
     budget_file: str | None = None
+    verify: str | None = None
+    verify_timeout: float | None = None
     resume: bool = False
 
 
@@ -75,6 +77,12 @@ def validate(req: StartRequest) -> StartRequest:
         raise loops.LoopError(f"--lock must be skip, wait or force (got {req.lock_mode!r})")
     if req.gate_policy not in ("ask", "continue", "stop"):
         raise loops.LoopError(f"--gates must be ask, continue or stop (got {req.gate_policy!r})")
+    if req.verify is not None:
+        req.verify = req.verify.strip()
+        if not req.verify:
+            raise loops.LoopError("--verify needs a command, e.g. --verify \"pytest -q\"")
+    if req.verify_timeout is not None and not (0 < req.verify_timeout <= verify.MAX_TIMEOUT):
+        raise loops.LoopError(f"--verify-timeout must be between 0 and {verify.MAX_TIMEOUT:g} seconds")
     if req.budget_file is not None:
         bf = Path(req.budget_file).expanduser()
         if not bf.parent.is_dir():
@@ -134,6 +142,8 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
             "lock_mode": req.lock_mode,
             "gate_policy": req.gate_policy,
             "budget_file": req.budget_file,
+            "verify": req.verify,
+            "verify_timeout": req.verify_timeout,
             "owner_session": req.session,
             "nonce": "lw-" + secrets.token_hex(8),
             "status": loops.ACTIVE,
@@ -167,6 +177,8 @@ START_OPTIONS = {
     "--lock": True,
     "--gates": True,
     "--budget-file": True,
+    "--verify": True,
+    "--verify-timeout": True,
     "--resume": False,
 }
 
@@ -194,7 +206,10 @@ def request_from_args_text(text: str, session: str | None) -> StartRequest:
         req.completion_promise = str(opts["--completion-promise"])
     if "--max-prs" in opts:
         req.max_prs = _number("--max-prs", opts["--max-prs"], int)
-    for opt, attr in (("--name", "name"), ("--lock", "lock_mode"), ("--gates", "gate_policy"), ("--budget-file", "budget_file")):
+    if "--verify-timeout" in opts:
+        req.verify_timeout = _number("--verify-timeout", opts["--verify-timeout"], float)
+    for opt, attr in (("--name", "name"), ("--lock", "lock_mode"), ("--gates", "gate_policy"), ("--budget-file", "budget_file"),
+                      ("--verify", "verify")):
         if opt in opts:
             setattr(req, attr, str(opts[opt]))
     req.resume = bool(opts.get("--resume"))
@@ -243,6 +258,8 @@ def announcement(loop: dict, verb: str = "started") -> str:
         "When the goal is fully achieved and checked, end your final message with this line, alone on its line:",
         sentinel(loop["completion_promise"]),
         "Never write it to escape the loop: a false completion claim is worse than another iteration.",
+        *([f"loopwright accepts completion only when `{loop['verify']}` passes; run it yourself first."] if loop.get("verify") else []),
+        "Plan larger work as tasks with `loopwright task add <text>`: the loop does not end while a task is open.",
         f"loop-nonce: {loop['nonce']}",
     ]
     return "\n".join(lines)

@@ -1,0 +1,267 @@
+"""The task registry (autoloop): an append-only ``tasks.jsonl`` with tombstones.
+
+Entries are ``task`` lines (``id``, ``text``, ``status`` open|done, ``source``,
+``created``, optional ``completed`` and ``depends_on``) and ``task-tombstone``
+lines (``target_id``, ``reason``). Updates append a new ``task`` line for the same
+id. Materialization reads newest to oldest, keeps the latest entry per id and
+drops tombstoned ids; open tasks come oldest-created first, done tasks
+most-recently-completed first. Appends hold the file lock, and ids are allocated
+under it, so concurrent writers never lose an entry or reuse an id.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from . import store
+from .lock import now_iso
+
+OPEN, DONE = "open", "done"
+DEFAULT_PROMPT_BUDGET = 4000
+
+
+class TaskError(Exception):
+    """A one-line, user-facing problem with a task command."""
+
+
+@dataclass
+class Registry:
+    open: list[dict] = field(default_factory=list)
+    done: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    max_id: int = 0
+
+    def get(self, task_id: str) -> dict | None:
+        for t in self.open + self.done:
+            if t["id"] == task_id:
+                return t
+        return None
+
+    @property
+    def total(self) -> int:
+        return len(self.open) + len(self.done)
+
+
+def _id_number(task_id: object) -> int:
+    if isinstance(task_id, str) and task_id.startswith("task-") and task_id[5:].isdigit():
+        return int(task_id[5:])
+    return 0
+
+
+def materialize_lines(lines: list[bytes], name: str = "tasks.jsonl") -> Registry:
+    """The registry from raw lines (oldest first). Bad lines are reported by number and skipped."""
+    reg = Registry()
+    seen: set[str] = set()
+    tombstoned: set[str] = set()
+    entries: list[tuple[int, dict]] = []
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            e = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            reg.problems.append(f"{name}:{lineno}: not valid JSON (line skipped)")
+            continue
+        if not isinstance(e, dict) or e.get("type") not in ("task", "task-tombstone") or not isinstance(e.get("id"), str):
+            reg.problems.append(f"{name}:{lineno}: not a task entry (line skipped)")
+            continue
+        if e["type"] == "task" and (e.get("status") not in (OPEN, DONE) or not isinstance(e.get("text"), str)):
+            reg.problems.append(f"{name}:{lineno}: task entry without a valid status and text (line skipped)")
+            continue
+        if e["type"] == "task-tombstone" and not isinstance(e.get("target_id"), str):
+            reg.problems.append(f"{name}:{lineno}: tombstone without target_id (line skipped)")
+            continue
+        reg.max_id = max(reg.max_id, _id_number(e["id"]))
+        entries.append((lineno, e))
+    for _, e in reversed(entries):
+        if e["type"] == "task-tombstone":
+            tombstoned.add(e["target_id"])
+            continue
+        tid = e["id"]
+        if tid in seen or tid in tombstoned:
+            continue
+        seen.add(tid)
+        (reg.open if e["status"] == OPEN else reg.done).append(e)
+    reg.open.sort(key=lambda t: (t.get("created") or "", _id_number(t["id"])))
+    reg.done.sort(key=lambda t: (t.get("completed") or "", _id_number(t["id"])), reverse=True)
+    return reg
+
+
+def load(path: Path) -> Registry:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return Registry()
+    return materialize_lines(data.split(b"\n"), Path(path).name)
+
+
+class _Appender:
+    """Read-modify-append under the file's exclusive lock."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __enter__(self) -> "_Appender":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = store.file_lock(self.path.with_name(self.path.name + ".lock"))
+        self._lock.__enter__()
+        self.registry = load(self.path)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.__exit__(*exc)
+
+    def append(self, entry: dict) -> None:
+        store.append_jsonl(self.path, entry)
+
+
+def add(path: Path, text: str, source: str = "manual", depends_on: list[str] | None = None) -> dict:
+    text = " ".join(text.split()) if "\n" not in text else text.strip()
+    if not text:
+        raise TaskError("a task needs a description: loopwright task add <text...>")
+    with _Appender(path) as ap:
+        for dep in depends_on or []:
+            if ap.registry.get(dep) is None:
+                raise TaskError(f"--depends-on {dep}: no such task (see loopwright task list)")
+        entry = {"id": f"task-{ap.registry.max_id + 1}", "type": "task", "text": text, "status": OPEN,
+                 "source": source, "created": now_iso()}
+        if depends_on:
+            entry["depends_on"] = list(dict.fromkeys(depends_on))
+        ap.append(entry)
+    return entry
+
+
+def _existing(reg: Registry, task_id: str) -> dict:
+    task = reg.get(task_id)
+    if task is None:
+        raise TaskError(f"no task {task_id} (it may have been removed); see loopwright task list")
+    return task
+
+
+def complete(path: Path, task_id: str) -> tuple[dict, bool]:
+    """(task, changed). Completing a done task is a no-op that reports False."""
+    with _Appender(path) as ap:
+        task = _existing(ap.registry, task_id)
+        if task["status"] == DONE:
+            return task, False
+        entry = dict(task, status=DONE, completed=now_iso())
+        ap.append(entry)
+    return entry, True
+
+
+def update(path: Path, task_id: str, text: str) -> dict:
+    text = text.strip()
+    if not text:
+        raise TaskError("the new description is empty")
+    with _Appender(path) as ap:
+        task = _existing(ap.registry, task_id)
+        entry = dict(task, text=text)  # status and timestamps are kept
+        ap.append(entry)
+    return entry
+
+
+def remove(path: Path, task_id: str, reason: str = "manual") -> dict:
+    with _Appender(path) as ap:
+        _existing(ap.registry, task_id)
+        n = ap.registry.max_id + 1
+        entry = {"id": f"task-{n}", "type": "task-tombstone", "target_id": task_id, "reason": reason or "manual",
+                 "created": now_iso()}
+        ap.append(entry)
+    return entry
+
+
+def dependency_cycle(reg: Registry) -> list[str] | None:
+    """A cycle among open tasks' depends_on edges, as a list of ids, or None."""
+    graph = {t["id"]: [d for d in t.get("depends_on") or []] for t in reg.open}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, []):
+            if nxt not in graph:
+                continue
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if state.get(nxt) is None:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in graph:
+        if state.get(node) is None:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+# --- prompt rendering -----------------------------------------------------------------
+
+
+def pressure_line(reg: Registry) -> str:
+    return f"Tasks: {len(reg.open)} open, {len(reg.done)} done ({reg.total} total)"
+
+
+def render(reg: Registry, budget_chars: int = DEFAULT_PROMPT_BUDGET) -> str:
+    """The ``Tasks:`` section, never longer than ``budget_chars``. Entries are cut
+    from the bottom and replaced by a line saying how many were dropped."""
+    if reg.total == 0:
+        return ""
+    rows: list[tuple[str, str]] = [("head", "Tasks:")]
+    if reg.open:
+        rows.append(("head", "Open:"))
+        rows += [("task", f"- [ ] [{t['id']}] {t['text']}" + _deps(t)) for t in reg.open]
+    if reg.done:
+        rows.append(("head", "Done:"))
+        rows += [("task", f"- [x] [{t['id']}] {t['text']} (done)") for t in reg.done]
+    full = "\n".join(text for _, text in rows)
+    if len(full) <= budget_chars:
+        return full
+    total_tasks = reg.total
+    kept: list[str] = []
+    used = kept_tasks = 0
+    for i, (kind, text) in enumerate(rows):
+        dropped = total_tasks - kept_tasks
+        summary = f"... ({dropped} more task entries not shown; run `loopwright task list`)"
+        last = i == len(rows) - 1
+        # Keep room for the summary line unless this row is the last one.
+        if used + len(text) + (0 if last else 1 + len(summary)) > budget_chars:
+            if used + len(summary) <= budget_chars:
+                kept.append(summary)
+            return "\n".join(kept)
+        kept.append(text)
+        used += len(text) + 1
+        kept_tasks += kind == "task"
+    return "\n".join(kept)
+
+
+def _deps(task: dict) -> str:
+    deps = task.get("depends_on") or []
+    return f" (after {', '.join(deps)})" if deps else ""
+
+
+def tasks_path(project: Path, state: Path, loop_dir: Path | None, config: dict | None) -> Path:
+    """``$LOOPWRIGHT_TASKS_FILE`` (absolute, wins), else the config key
+    ``tasks_file`` (relative to the project), else the loop's own file inside a
+    loop, else ``.loopwright/tasks.jsonl``."""
+    env = os.environ.get("LOOPWRIGHT_TASKS_FILE")
+    if env:
+        p = Path(env)
+        if not p.is_absolute():
+            raise TaskError(f"LOOPWRIGHT_TASKS_FILE must be an absolute path, got {env!r}")
+        return p
+    configured = (config or {}).get("tasks_file")
+    if configured:
+        return (project / configured).resolve()
+    if loop_dir is not None:
+        return loop_dir / "tasks.jsonl"
+    return state / "tasks.jsonl"
