@@ -46,38 +46,51 @@ class Registry:
         return len(self.open) + len(self.done)
 
 
-def _id_number(task_id: object) -> int:
-    if isinstance(task_id, str) and task_id.startswith("task-") and task_id[5:].isdigit():
-        return int(task_id[5:])
-    return 0
+def _number(task_id: str) -> int:
+    n = task_id[5:] if task_id.startswith("task-") else ""
+    return int(n) if n.isdigit() else 0
 
 
 def materialize_lines(lines: list[bytes], name: str = "tasks.jsonl") -> Registry:
-    """The registry from raw lines (oldest first). Bad lines are reported by number and skipped."""
+    """The registry from raw lines (oldest first). Bad lines are reported by number and skipped.
+
+    Runs on every Stop of a loop with tasks, so the loop is kept tight: one parse
+    per line, one pass from newest to oldest, one sort per bucket.
+    """
     reg = Registry()
-    seen: set[str] = set()
-    tombstoned: set[str] = set()
-    entries: list[tuple[int, dict]] = []
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    entries: list[dict] = []
+    max_id = 0
     for lineno, raw in enumerate(lines, 1):
-        if not raw.strip():
+        if not raw or raw.isspace():
             continue
         try:
-            e = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            e = loads(raw)
+        except decode_error:
             reg.problems.append(f"{name}:{lineno}: not valid JSON (line skipped)")
             continue
-        if not isinstance(e, dict) or e.get("type") not in ("task", "task-tombstone") or not isinstance(e.get("id"), str):
+        kind = e.get("type") if type(e) is dict else None
+        tid = e.get("id") if kind else None
+        if type(tid) is not str or kind not in ("task", "task-tombstone"):
             reg.problems.append(f"{name}:{lineno}: not a task entry (line skipped)")
             continue
-        if e["type"] == "task" and (e.get("status") not in (OPEN, DONE) or not isinstance(e.get("text"), str)):
-            reg.problems.append(f"{name}:{lineno}: task entry without a valid status and text (line skipped)")
-            continue
-        if e["type"] == "task-tombstone" and not isinstance(e.get("target_id"), str):
+        if kind == "task":
+            if e.get("status") not in (OPEN, DONE) or type(e.get("text")) is not str:
+                reg.problems.append(f"{name}:{lineno}: task entry without a valid status and text (line skipped)")
+                continue
+        elif type(e.get("target_id")) is not str:
             reg.problems.append(f"{name}:{lineno}: tombstone without target_id (line skipped)")
             continue
-        reg.max_id = max(reg.max_id, _id_number(e["id"]))
-        entries.append((lineno, e))
-    for _, e in reversed(entries):
+        if tid.startswith("task-"):
+            n = tid[5:]
+            if n.isdigit() and int(n) > max_id:
+                max_id = int(n)
+        entries.append(e)
+    reg.max_id = max_id
+    seen: set[str] = set()
+    tombstoned: set[str] = set()
+    open_, done = [], []
+    for e in reversed(entries):
         if e["type"] == "task-tombstone":
             tombstoned.add(e["target_id"])
             continue
@@ -85,9 +98,12 @@ def materialize_lines(lines: list[bytes], name: str = "tasks.jsonl") -> Registry
         if tid in seen or tid in tombstoned:
             continue
         seen.add(tid)
-        (reg.open if e["status"] == OPEN else reg.done).append(e)
-    reg.open.sort(key=lambda t: (t.get("created") or "", _id_number(t["id"])))
-    reg.done.sort(key=lambda t: (t.get("completed") or "", _id_number(t["id"])), reverse=True)
+        (open_ if e["status"] == OPEN else done).append(e)
+    # Timestamps have one-second resolution: ties go by id (creation order) for open
+    # tasks, and keep newest-first scan order for done ones (the sort is stable).
+    open_.sort(key=lambda t: (t.get("created") or "", _number(t["id"])))
+    done.sort(key=lambda t: t.get("completed") or "", reverse=True)
+    reg.open, reg.done = open_, done
     return reg
 
 
@@ -211,28 +227,33 @@ def pressure_line(reg: Registry) -> str:
     return f"Tasks: {len(reg.open)} open, {len(reg.done)} done ({reg.total} total)"
 
 
+def _rows(reg: Registry):
+    yield "head", "Tasks:"
+    if reg.open:
+        yield "head", "Open:"
+        for t in reg.open:
+            yield "task", f"- [ ] [{t['id']}] {t['text']}" + _deps(t)
+    if reg.done:
+        yield "head", "Done:"
+        for t in reg.done:
+            yield "task", f"- [x] [{t['id']}] {t['text']} (done)"
+
+
 def render(reg: Registry, budget_chars: int = DEFAULT_PROMPT_BUDGET) -> str:
     """The ``Tasks:`` section, never longer than ``budget_chars``. Entries are cut
-    from the bottom and replaced by a line saying how many were dropped."""
+    from the bottom and replaced by a line saying how many were dropped. Stops
+    building as soon as the budget is spent, whatever the registry's size."""
     if reg.total == 0:
         return ""
-    rows: list[tuple[str, str]] = [("head", "Tasks:")]
-    if reg.open:
-        rows.append(("head", "Open:"))
-        rows += [("task", f"- [ ] [{t['id']}] {t['text']}" + _deps(t)) for t in reg.open]
-    if reg.done:
-        rows.append(("head", "Done:"))
-        rows += [("task", f"- [x] [{t['id']}] {t['text']} (done)") for t in reg.done]
-    full = "\n".join(text for _, text in rows)
-    if len(full) <= budget_chars:
-        return full
-    total_tasks = reg.total
     kept: list[str] = []
-    used = kept_tasks = 0
-    for i, (kind, text) in enumerate(rows):
-        dropped = total_tasks - kept_tasks
-        summary = f"... ({dropped} more task entries not shown; run `loopwright task list`)"
-        last = i == len(rows) - 1
+    used = kept_tasks = 0  # used = length of the joined text so far, plus one
+    rows = _rows(reg)
+    pending = next(rows)
+    while pending is not None:
+        kind, text = pending
+        pending = next(rows, None)
+        last = pending is None
+        summary = f"... ({reg.total - kept_tasks} more task entries not shown; run `loopwright task list`)"
         # Keep room for the summary line unless this row is the last one.
         if used + len(text) + (0 if last else 1 + len(summary)) > budget_chars:
             if used + len(summary) <= budget_chars:
