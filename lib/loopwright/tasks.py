@@ -245,23 +245,30 @@ def render(reg: Registry, budget_chars: int = DEFAULT_PROMPT_BUDGET) -> str:
     building as soon as the budget is spent, whatever the registry's size."""
     if reg.total == 0:
         return ""
+    # Gather rows only while they could still fit: the work is bounded by the budget.
+    head: list[tuple[str, str]] = []
+    length = -1
+    complete = True
+    for row in _rows(reg):
+        length += len(row[1]) + 1
+        if length > budget_chars:
+            complete = False
+            break
+        head.append(row)
+    if complete:
+        return "\n".join(text for _, text in head)
     kept: list[str] = []
     used = kept_tasks = 0  # used = length of the joined text so far, plus one
-    rows = _rows(reg)
-    pending = next(rows)
-    while pending is not None:
-        kind, text = pending
-        pending = next(rows, None)
-        last = pending is None
+    for kind, text in head:
         summary = f"... ({reg.total - kept_tasks} more task entries not shown; run `loopwright task list`)"
-        # Keep room for the summary line unless this row is the last one.
-        if used + len(text) + (0 if last else 1 + len(summary)) > budget_chars:
-            if used + len(summary) <= budget_chars:
-                kept.append(summary)
-            return "\n".join(kept)
+        if used + len(text) + 1 + len(summary) > budget_chars:
+            break
         kept.append(text)
         used += len(text) + 1
         kept_tasks += kind == "task"
+    summary = f"... ({reg.total - kept_tasks} more task entries not shown; run `loopwright task list`)"
+    if used + len(summary) <= budget_chars:
+        kept.append(summary)
     return "\n".join(kept)
 
 
