@@ -309,6 +309,10 @@ def apply(paths: loops.LoopPaths, loop: dict, snap: router.Snapshot, decision: r
     write_progress(paths, loop, decision, now)
     write_ledger(paths, snap, decision)
     if decision.action == router.STOP:
+        try:
+            paths.backprop_pending.unlink()  # nothing is left to hand it to
+        except FileNotFoundError:
+            pass
         summary = report.end_loop(paths, loop, decision.budget, decision.outcome, decision.reason, now, redactions)
         return {"systemMessage": summary}
     if decision.backprop_new is not None and decision.action != router.CONTINUE:

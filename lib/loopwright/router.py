@@ -241,6 +241,9 @@ def decide(snap: Snapshot) -> Decision:
         b["pending_gates"] = []
         return _finish(t, history, STOP, reason, outcome=outcome, fired=fired)
 
+    if t.rejected:
+        history["completion_rejected"] = t.rejected
+
     # --- gates --------------------------------------------------------------------------------------
     skip_dims = ("prs",) if loop.get("mode") == "review" else ()
     fresh: list[dict] = []
@@ -284,6 +287,7 @@ def decide(snap: Snapshot) -> Decision:
                 system_message=(f"loopwright · {name} paused: waiting for your answer to gate(s) {names}. Answer with "
                                 "/loopwright:answer <gate> <option> (or `loopwright gate answer`), then send any message."),
                 budget=b, history=_snap(history, b), journal=t.journal + [{"event": "route", "decision": PAUSE, "reason": reason}],
+                backprop_new=t.backprop_new,
             )
 
     # --- the block cap ----------------------------------------------------------------------------
@@ -303,6 +307,7 @@ def decide(snap: Snapshot) -> Decision:
                 "message or /loopwright:resume to continue, or /loopwright:cancel to end it."
             ),
             budget=b, history=_snap(history, b), journal=t.journal + [{"event": "route", "decision": PAUSE, "reason": reason}],
+            backprop_new=t.backprop_new,
         )
 
     # --- next prompt --------------------------------------------------------------------------------
@@ -314,7 +319,6 @@ def decide(snap: Snapshot) -> Decision:
         section = None
     if t.rejected:
         reason = f"iteration {t.iteration} claimed completion, rejected by the {'task gate' if t.rejected == 'tasks' else 'completion check'}"
-        history["completion_rejected"] = t.rejected
     backprop = t.backprop_new or snap.backprop_pending
     tasks_text = taskreg.render(snap.tasks, snap.tasks_budget_chars) if snap.tasks is not None else ""
     router["last_action"], router["last_reason"] = CONTINUE, reason
