@@ -196,6 +196,7 @@ def observe(
         except store.CorruptFile as exc:
             notes.append(f"loopwright: {exc}")
     cap = os.environ.get("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "8")
+    task_view = read_task_view(loop) if loop.get("mode") == "task" else None
     snap = router.Snapshot(
         now=now,
         session_id=hook.session_id,
@@ -214,11 +215,55 @@ def observe(
         tasks=registry,
         tasks_budget_chars=budget_chars,
         backprop_pending=pending,
+        task_view=task_view,
     )
     if not dry_run and router.needs_verification(snap):
         timeout = min(float(loop.get("verify_timeout") or verify.DEFAULT_TIMEOUT), verify.MAX_TIMEOUT)
         snap = dataclasses.replace(snap, verify_result=verify.run(loop["verify"], Path(loop["project_dir"]), timeout))
     return snap
+
+
+def read_task_view(loop: dict):
+    """Task mode: the module's status and phase, its signal and its stop request."""
+    from . import automode, signals, taskdir, taskops
+
+    module = loop.get("task_module") or ""
+    try:
+        mod = taskops.locate(Path(loop["project_dir"]), module)
+        index = taskdir.read_index(mod.state_dir)
+    except (taskops.TaskError, taskdir.TaskDirError) as exc:
+        return automode.TaskView(status="", problem=f"TASK/{module} cannot be read: {exc}")
+    view = automode.TaskView(status=index.meta["status"], phase=index.meta.get("phase") or "")
+    sig_path, stop_path = mod.main_dir / ".auto-signal", mod.main_dir / ".auto-stop"
+    if sig_path.exists():
+        try:
+            view.signal = signals.validate(orjson.loads(sig_path.read_bytes()))
+        except orjson.JSONDecodeError:
+            view.signal_problem = ".auto-signal is not valid JSON"
+        except signals.SignalError as exc:
+            view.signal_problem = f".auto-signal is invalid: {exc}"
+    if stop_path.exists():
+        try:
+            stop = orjson.loads(stop_path.read_bytes())
+        except orjson.JSONDecodeError:
+            stop = None
+        view.stop_request = stop if isinstance(stop, dict) else {"reason": "user_stop"}
+    return view
+
+
+def clear_task_files(loop: dict) -> None:
+    """Task mode cleanup at the end of the loop: the transient signal and stop files go."""
+    from . import taskops
+
+    try:
+        mod = taskops.locate(Path(loop["project_dir"]), loop.get("task_module") or "", must_exist=False)
+    except taskops.TaskError:
+        return
+    for name in (".auto-signal", ".auto-stop"):
+        try:
+            (mod.main_dir / name).unlink()
+        except FileNotFoundError:
+            pass
 
 
 def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str]) -> tuple[taskreg.Registry, int]:
@@ -313,6 +358,8 @@ def apply(paths: loops.LoopPaths, loop: dict, snap: router.Snapshot, decision: r
             paths.backprop_pending.unlink()  # nothing is left to hand it to
         except FileNotFoundError:
             pass
+        if loop.get("mode") == "task":
+            clear_task_files(loop)
         summary = report.end_loop(paths, loop, decision.budget, decision.outcome, decision.reason, now, redactions)
         return {"systemMessage": summary}
     if decision.backprop_new is not None and decision.action != router.CONTINUE:

@@ -53,6 +53,8 @@ def status_block(loop: dict, budget: dict, iteration: int) -> str:
         f"tokens {_tokens(budget)}",
         f"spend {fmt_dollars(budget)}",
     ]
+    if loop.get("mode") == "task":
+        parts.insert(1, f"TASK/{loop.get('task_module')}")
     if loop.get("mode") in ("work", "review"):
         parts.append(f"PRs {len(budget.get('prs_touched') or [])}" + (f"/{budget['max_prs']}" if budget.get("max_prs") and loop["mode"] == "work" else ""))
     return " · ".join(parts)

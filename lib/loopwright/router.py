@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import budget as budgets
-from . import gates, prompts, verify
+from . import automode, gates, prompts, verify
 from . import tasks as taskreg
 from .completion import has_sentinel
 from .lock import now_iso, parse_iso
@@ -74,6 +74,7 @@ class Snapshot:
     tasks_budget_chars: int = taskreg.DEFAULT_PROMPT_BUDGET
     verify_result: dict | None = None  # the completion check, when it ran this tick
     backprop_pending: dict | None = None  # a failure waiting to open the next prompt
+    task_view: automode.TaskView | None = None  # task mode: the module's status, signal and stop file
 
 
 @dataclass
@@ -209,6 +210,16 @@ def decide(snap: Snapshot) -> Decision:
 
     # --- completion, then the 100% stops ----------------------------------------------------------
     claimed, where = completion_claimed(snap)
+    task_step = None
+    if loop.get("mode") == "task" and snap.task_view is not None:
+        # Task mode ends by the module's own lifecycle, never by the sentinel.
+        claimed = False
+        task_step = automode.next_step(b.get("task") or {}, snap.task_view, t.iteration)
+        b["task"] = dict(b.get("task") or {}, **task_step.state)
+        t.notes += task_step.notes
+        t.journal.append({"event": "task.step", "decision": task_step.outcome or task_step.step, "reason": task_step.reason})
+    if outcome is None and task_step is not None and task_step.outcome and not snap.cancelled:
+        outcome, reason, fired = task_step.outcome, task_step.reason, ["task_lifecycle"]
     if outcome is None:
         outcome, reason, fired = _stop_conditions(t, claimed, where, folded)
 
@@ -322,9 +333,20 @@ def decide(snap: Snapshot) -> Decision:
     backprop = t.backprop_new or snap.backprop_pending
     tasks_text = taskreg.render(snap.tasks, snap.tasks_budget_chars) if snap.tasks is not None else ""
     router["last_action"], router["last_reason"] = CONTINUE, reason
-    prompt = prompts.next_prompt(loop, b, t.iteration + 1, t.notes, gate_section=section,
-                                 tasks_section=tasks_text,
-                                 pressure=taskreg.pressure_line(snap.tasks) if snap.tasks is not None and snap.tasks.total else None)
+    if task_step is not None:
+        reason = task_step.reason
+        router["last_reason"] = reason
+        b["task"].update(step=task_step.step, checkpoint=task_step.checkpoint, asked_at=t.stamp)
+        body = automode.step_prompt(b["task"].get("module") or loop.get("task_module", ""), task_step.step,
+                                    task_step.checkpoint, t.iteration + 1, task_step.correction, snap.turn.compacted)
+        parts = [prompts.status_block(loop, b, t.iteration + 1), ""] + [f"Note: {n}" for n in t.notes]
+        if section:
+            parts += [section, ""]
+        prompt = "\n".join(parts + [body])
+    else:
+        prompt = prompts.next_prompt(loop, b, t.iteration + 1, t.notes, gate_section=section,
+                                     tasks_section=tasks_text,
+                                     pressure=taskreg.pressure_line(snap.tasks) if snap.tasks is not None and snap.tasks.total else None)
     if backprop:
         prompt = verify.directive(backprop) + "\n\n" + prompt
     return Decision(

@@ -17,7 +17,10 @@ from . import control, loops, slashargs, store
 from . import start as starting
 from .project import state_dir
 
-COMMAND_RE = re.compile(r"^\s*/loopwright:(loop|cancel|resume|answer)(?=\s|$)(.*)\Z", re.DOTALL)
+COMMAND_RE = re.compile(r"^\s*/loopwright:(loop|cancel|resume|answer|task)(?=\s|$)(.*)\Z", re.DOTALL)
+TASK_SUBCOMMANDS = ("init", "plan", "check", "exec", "merge", "report", "cancel", "auto")
+AUTO_OPTIONS = {"--start": False, "--stop": False, "--status": False, "--max-iterations": True, "--max-minutes": True,
+                "--max-dollars": True, "--max-tokens": True, "--gates": True}
 RESUME_OPTIONS = {k: v for k, v in starting.START_OPTIONS.items() if k in (
     "--max-iterations", "--max-minutes", "--max-tokens", "--max-dollars", "--max-prs", "--lock")}
 # A hook may not wait long: --lock wait from a slash command waits this long, then says so.
@@ -63,6 +66,8 @@ def handle(raw: bytes) -> dict | None:
             res = control.resume(state, text.strip() or None, session, lock_mode=opts.get("--lock"),
                                  raise_to=starting.ceilings_of(req) if req else {}, max_wait=HOOK_LOCK_WAIT_SECONDS)
             return _context(starting.resumed_note(res))
+        if command == "task":
+            return _task_command(state, session, args.strip())
         if command == "answer":
             words = slashargs.parse(args.strip(), {})[0].split()
             if len(words) not in (2, 3):
@@ -76,6 +81,12 @@ def handle(raw: bytes) -> dict | None:
                         + "\nTell the user the loop was cancelled; do not continue its work.")
     except (loops.LoopError, slashargs.ArgError, store.CorruptFile) as exc:
         return _refuse(str(exc))
+    except Exception as exc:  # lifecycle refusals carry their own one-line message
+        from . import gitops, signals, taskops
+
+        if isinstance(exc, (taskops.TaskError, gitops.GitError, signals.SignalError)):
+            return _refuse(str(exc))
+        raise
     except OSError as exc:
         return _refuse(f"{exc.strerror or exc} ({exc.filename or 'state file'}); check the project directory's permissions")
 
@@ -88,3 +99,82 @@ def main_with(raw: bytes) -> int:
     if answer:
         os.write(1, orjson.dumps(answer))
     return 0
+
+
+def _task_command(state, session: str | None, args: str) -> dict | None:
+    """/loopwright:task <sub> <module> …: validate the module up front; `auto` starts,
+    stops or shows the Stop-hook-driven loop. Other sub-commands run in the agent's
+    turn, guided by their skills."""
+    from . import automode, signals, taskdir, taskops
+
+    words = args.split(None, 1)
+    if not words or words[0] not in TASK_SUBCOMMANDS:
+        raise loops.LoopError(f"usage: /loopwright:task <{'|'.join(TASK_SUBCOMMANDS)}> <module> [options]")
+    sub, rest = words[0], (words[1] if len(words) > 1 else "")
+    project = state.parent
+    if sub != "auto":
+        first = rest.split(None, 1)[0] if rest.strip() else ""
+        if sub == "plan" and first.endswith(".md") and "/" in first:
+            first = first.split("/")[-2] if first.count("/") >= 1 else first  # annotation mode passes a file path
+            first = first if taskdir.valid_name(first) else ""
+        if not first:
+            raise loops.LoopError(f"usage: /loopwright:task {sub} <module> …")
+        mod = taskops.locate(project, first, must_exist=(sub != "init"))
+        if sub == "init":
+            return None
+        st = taskops.status(project, first)
+        return _context(f"loopwright: TASK/{first} is {st['status']}" + (f" (phase {st['phase']})" if st["phase"] else "")
+                        + f"; the matrix allows now: {', '.join(st['allowed_commands'])}. State files: {mod.state_dir}.")
+    text, opts = slashargs.parse(rest, AUTO_OPTIONS)
+    module = text.strip()
+    if not module:
+        raise loops.LoopError("usage: /loopwright:task auto <module> [--start|--stop|--status] [--max-iterations N] [--max-minutes N]")
+    mod = taskops.locate(project, module)
+    if opts.get("--stop"):
+        mod.main_dir.mkdir(parents=True, exist_ok=True)
+        signals.write_stop(mod.main_dir, "user_stop")
+        return _context(f"loopwright: stop requested for the auto loop of TASK/{module}; it ends after the current step. "
+                        "Tell the user, and do not start another step.")
+    running = _task_loop(state, module)
+    if opts.get("--status"):
+        st = taskops.status(project, module)
+        where = f"running as loop {running['name']} (owner {running.get('owner_session')})" if running else "not running"
+        return _context(f"loopwright: auto for TASK/{module} is {where}; task status {st['status']}, last signal {st['auto_signal']}. "
+                        "Report this to the user.")
+    if running:
+        raise loops.LoopError(f"TASK/{module} already runs in auto loop {running['name']} (session {running.get('owner_session')}); "
+                              f"stop it with /loopwright:task auto {module} --stop")
+    index = taskdir.read_index(mod.state_dir)
+    first = automode.first_step(index.meta["status"], index.meta.get("phase") or "", taskdir.target_has_content(mod.state_dir))
+    if isinstance(first, str):
+        raise loops.LoopError(f"TASK/{module}: {first}")
+    step, checkpoint = first
+    for stale in (".auto-stop", ".auto-signal"):
+        (mod.main_dir / stale).unlink(missing_ok=True)
+    req = starting.StartRequest(prompt=f"Drive TASK/{module} through its lifecycle with the ai-cli-task auto contract.",
+                                mode="task", session=starting.clean_session(session), name="task",
+                                task_module=module, task_state={"module": module, "step": step, "checkpoint": checkpoint})
+    for opt, attr, kind in (("--max-iterations", "max_iterations", int), ("--max-minutes", "max_minutes", float),
+                            ("--max-dollars", "max_dollars", float), ("--max-tokens", "max_tokens", int)):
+        if opt in opts:
+            setattr(req, attr, starting._number(opt, opts[opt], kind))
+    if "--gates" in opts:
+        req.gate_policy = str(opts["--gates"])
+    _, loop = starting.start(state, req)
+    body = automode.step_prompt(module, step, checkpoint, 1)
+    return _context(
+        f"loopwright: auto loop \"{loop['name']}\" started for TASK/{module} (status {index.meta['status']}): up to "
+        f"{loop['max_iterations']} iterations and {loop['max_minutes']:g} minutes. Each turn performs one step; the Stop hook "
+        "reads .auto-signal and hands over the next step. `.auto-stop` ends the loop between steps.\n\n" + body
+    )
+
+
+def _task_loop(state, module: str) -> dict | None:
+    for name in loops.active_names(state):
+        try:
+            cfg = loops.load_config(loops.LoopPaths(state, name))
+        except store.CorruptFile:
+            continue
+        if cfg and cfg.get("status") == loops.ACTIVE and cfg.get("mode") == "task" and cfg.get("task_module") == module:
+            return cfg
+    return None

@@ -34,6 +34,8 @@ class StartRequest:
     verify: str | None = None
     verify_timeout: float | None = None
     resume: bool = False
+    task_module: str | None = None  # task mode: the TASK/ module
+    task_state: dict | None = None  # task mode: the first step handed over
 
 
 def clean_session(value: str | None) -> str | None:
@@ -144,6 +146,7 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
             "budget_file": req.budget_file,
             "verify": req.verify,
             "verify_timeout": req.verify_timeout,
+            "task_module": req.task_module,
             "owner_session": req.session,
             "nonce": "lw-" + secrets.token_hex(8),
             "status": loops.ACTIVE,
@@ -156,7 +159,10 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
         pid, ctime = locks.claude_process()
         store.write_json(paths.lock, locks.new_lock(req.session, pid, ctime, 1, now))
         paths.configured(loop)
-        store.write_json(paths.budget, router.initial_budget(loop))
+        budget = router.initial_budget(loop)
+        if req.task_state:
+            budget["task"] = dict(req.task_state, asked_at=stamp)
+        store.write_json(paths.budget, budget)
         store.write_json(paths.config, loop)
     store.append_jsonl(
         paths.journal,
