@@ -183,6 +183,7 @@ def init(project: Path, name: str, title: str = "", tags: list[str] | None = Non
         gitops.run(project, "worktree", "add", "-q", str(wt), "-b", branch)
         workdir = wt
         main.mkdir(parents=True, exist_ok=True)  # signals always land in the main worktree
+        _exclude_locally(project)
     else:
         gitops.run(project, "checkout", "-q", "-b", branch)
         workdir = project
@@ -201,6 +202,19 @@ def init(project: Path, name: str, title: str = "", tags: list[str] | None = Non
     sha = _commit(mod, "init", "initialize task module", _task_paths(mod))
     return {"module": name, "branch": branch, "base_branch": base, "worktree": str(workdir) if worktree else "",
             "dir": str(mdir), "commit": sha}
+
+
+def _exclude_locally(project: Path) -> None:
+    """The main checkout stays on its branch in worktree mode: keep the worktrees and
+    the transient signal files out of its status through .git/info/exclude, not a commit."""
+    git_dir = Path(gitops.run(project, "rev-parse", "--absolute-git-dir").stdout.strip())
+    exclude = git_dir / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    existing = exclude.read_text().splitlines() if exclude.exists() else []
+    missing = [ln for ln in taskdir.GITIGNORE_LINES if ln not in existing]
+    if missing:
+        with open(exclude, "a", encoding="utf-8") as fh:
+            fh.write("\n".join(missing) + "\n")
 
 
 # --- exec commits --------------------------------------------------------------------------------
