@@ -49,7 +49,7 @@ def render(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reaso
     lines = [
         f"# loopwright report: loop \"{loop['name']}\"",
         "",
-        f"- Outcome: **{outcome}**: {describe_outcome(outcome)}",
+        f"- Outcome: **{outcome}**: {_why(loop, outcome)}",
         f"- Why: {reason}",
         f"- Mode: {loop['mode']}",
         f"- Iterations: {budget.get('iterations_used', 0)} of {budget.get('max_iterations', loop['max_iterations'])}",
@@ -90,9 +90,15 @@ def render(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reaso
     return "\n".join(lines)
 
 
+def _why(loop: dict, outcome: str) -> str:
+    if loop.get("mode") == "task" and outcome == "LOOP_DONE":
+        return f"TASK/{loop.get('task_module')} is complete"
+    return describe_outcome(outcome)
+
+
 def summary_line(loop: dict, budget: dict, outcome: str, paths: loops.LoopPaths) -> str:
     return (
-        f"loopwright · {loop['name']} ended: {outcome} ({describe_outcome(outcome)}) after "
+        f"loopwright · {loop['name']} ended: {outcome} ({_why(loop, outcome)}) after "
         f"{budget.get('iterations_used', 0)} iteration(s), "
         f"{fmt_minutes(budget.get('minutes_elapsed', 0.0))} min, {fmt_tokens(tokens_total(budget))} tokens, "
         f"{fmt_dollars(budget)} · report: {paths.report}"

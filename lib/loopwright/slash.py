@@ -164,7 +164,7 @@ def _task_command(state, session: str | None, args: str) -> dict | None:
     body = automode.step_prompt(module, step, checkpoint, 1)
     return _context(
         f"loopwright: auto loop \"{loop['name']}\" started for TASK/{module} (status {index.meta['status']}): up to "
-        f"{loop['max_iterations']} iterations and {loop['max_minutes']:g} minutes. Each turn performs one step; the Stop hook "
+        f"{loop['max_iterations']} iteration{'s' if loop['max_iterations'] != 1 else ''} and {loop['max_minutes']:g} minutes. Each turn performs one step; the Stop hook "
         "reads .auto-signal and hands over the next step. `.auto-stop` ends the loop between steps.\n\n" + body
     )
 

@@ -251,7 +251,7 @@ def announcement(loop: dict, verb: str = "started") -> str:
     dollars = f"${float(loop['max_dollars']):,.2f}" if loop.get("max_dollars") else "no dollar limit"
     lines = [
         f"loopwright: loop \"{loop['name']}\" {verb} ({loop['mode']} mode): up to {loop['max_iterations']} "
-        f"iterations, {max_minutes:g} minutes and {dollars}"
+        f"iteration{'s' if loop['max_iterations'] != 1 else ''}, {max_minutes:g} minutes and {dollars}"
         + (f", {loop['max_tokens']} tokens" if loop.get("max_tokens") else "") + "."
         + ("" if loop.get("owner_session") else " (No session id was given: the first session to finish a turn with this text in view adopts the loop.)"),
         "",

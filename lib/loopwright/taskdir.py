@@ -246,7 +246,7 @@ def new_index(name: str, title: str, tags: list[str], worktree: bool) -> Index:
 
 
 def target_has_content(mdir: Path) -> bool:
-    """Whether .target.md says more than the template's placeholders."""
+    """Whether .target.md says more than the template's own text."""
     try:
         text = (Path(mdir) / ".target.md").read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -239,6 +239,13 @@ def _merge_state_path(mod: Module) -> Path:
     return Path(git_dir) / f"loopwright-merge-{mod.name}.json"
 
 
+def _back_to_task_branch(mod: Module) -> None:
+    """An undone merge leaves the main checkout on the task branch again, where the
+    module's files are, so the task can be inspected and merged again."""
+    if mod.workdir == mod.project and gitops.branch_exists(mod.project, f"task/{mod.name}"):
+        gitops.run(mod.project, "checkout", "-q", f"task/{mod.name}")
+
+
 def _attempts(mod: Module) -> dict:
     try:
         return json.loads(_merge_state_path(mod).read_text())
@@ -258,6 +265,7 @@ def merge(project: Path, name: str, *, verify: str | None = None, cont: bool = F
         if gitops.merge_in_progress(mod.project):
             gitops.run(mod.project, "merge", "--abort")
         _merge_state_path(mod).unlink(missing_ok=True)
+        _back_to_task_branch(mod)
         return {"module": name, "result": "conflict", "aborted": True}
     if not cont:
         status = index.meta["status"]
@@ -299,10 +307,9 @@ def merge(project: Path, name: str, *, verify: str | None = None, cont: bool = F
         if not checks.passed(result):
             state["attempts"] = state.get("attempts", 0) + 1
             gitops.run(mod.project, "reset", "-q", "--hard", "HEAD~1")
+            _back_to_task_branch(mod)
             if state["attempts"] >= MAX_MERGE_ATTEMPTS:
                 _merge_state_path(mod).unlink(missing_ok=True)
-                if mod.workdir == mod.project:
-                    gitops.run(mod.project, "checkout", "-q", f"task/{name}")
                 return {"module": name, "result": "conflict", "gave_up": True, "attempts": state["attempts"],
                         "output_tail": result["output_tail"][-1500:],
                         "next": "the task stays executing; resolve by hand, then run merge again"}
