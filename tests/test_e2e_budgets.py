@@ -30,10 +30,10 @@ import pytest
 import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
 from conftest import REPO, lw_env  # noqa: E402
+from e2e_support import FEEDBACK, conv, history, is_block, journal, loop_dir, loop_json, stop_answers  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-FEEDBACK = "Stop hook feedback"
 GATE = 'Gate "budget-escalation"'
 
 # USD per million tokens: input, output, cache write, cache read (published list prices).
@@ -48,55 +48,17 @@ RATES = {
 # --------------------------------------------------------------------------
 
 
-def loop_dir(project: Path, name: str = "prompt") -> Path:
-    return project / ".loopwright" / "loops" / name
-
-
-def loop_json(project: Path, name: str = "prompt") -> dict:
-    return json.loads((loop_dir(project, name) / "loop.json").read_text())
-
-
 def budget_json(project: Path, name: str = "prompt") -> dict:
     return json.loads((loop_dir(project, name) / "budget.json").read_text())
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def history(project: Path, name: str = "prompt") -> list[dict]:
-    return read_jsonl(loop_dir(project, name) / "history.jsonl")
-
-
-def journal(project: Path, name: str = "prompt") -> list[dict]:
-    return read_jsonl(loop_dir(project, name) / "journal.jsonl")
 
 
 def report_md(project: Path, name: str = "prompt") -> str:
     return (loop_dir(project, name) / "report.md").read_text()
 
 
-def stop_answers(res) -> list[dict | None]:
-    out = []
-    for ev in res.hook_events("Stop", "hook_response"):
-        raw = (ev.get("stdout") or ev.get("output") or "").strip()
-        out.append(json.loads(raw) if raw else None)
-    return out
-
-
 def prompt_answers(res) -> list[dict]:
     """What the UserPromptSubmit hook printed, parsed."""
     return [json.loads(e["stdout"]) for e in res.hook_events("UserPromptSubmit", "hook_response") if (e.get("stdout") or "").strip()]
-
-
-def is_block(answer: dict | None) -> bool:
-    return bool(answer) and answer.get("decision") == "block"
-
-
-def conv(res) -> list[fakeapi.Request]:
-    return res.server.conversation_requests
 
 
 def prompt_context(req: fakeapi.Request) -> str:

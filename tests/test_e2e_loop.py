@@ -23,59 +23,15 @@ import pytest
 # ``claude`` fixture type-checks replies against ``fakeapi.Reply``.
 import fakeapi  # noqa: E402
 from conftest import REPO, lw_env  # noqa: E402
+from e2e_support import FEEDBACK, conv, feedback_prompts, history, is_block, journal, loop_dir, loop_json, stop_answers  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-FEEDBACK = "Stop hook feedback"
 
 
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-
-
-def loop_dir(project: Path, name: str = "prompt") -> Path:
-    return project / ".loopwright" / "loops" / name
-
-
-def loop_json(project: Path, name: str = "prompt") -> dict:
-    return json.loads((loop_dir(project, name) / "loop.json").read_text())
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def history(project: Path, name: str = "prompt") -> list[dict]:
-    return read_jsonl(loop_dir(project, name) / "history.jsonl")
-
-
-def journal(project: Path, name: str = "prompt") -> list[dict]:
-    return read_jsonl(loop_dir(project, name) / "journal.jsonl")
-
-
-def stop_answers(res) -> list[dict | None]:
-    """What the loopwright Stop hook printed at each Stop, parsed (None: no output)."""
-    out = []
-    for ev in res.hook_events("Stop", "hook_response"):
-        raw = (ev.get("stdout") or ev.get("output") or "").strip()
-        out.append(json.loads(raw) if raw else None)
-    return out
-
-
-def is_block(answer: dict | None) -> bool:
-    return bool(answer) and answer.get("decision") == "block"
-
-
-def conv(res) -> list[fakeapi.Request]:
-    return res.server.conversation_requests
-
-
-def feedback_prompts(res) -> list[str]:
-    """The user text of every conversation request that carries Stop hook feedback."""
-    return [r.last_user_text() for r in conv(res) if FEEDBACK in r.last_user_text()]
 
 
 def whole_request(req: fakeapi.Request) -> str:

@@ -27,10 +27,10 @@ import pytest
 
 import fakeapi  # noqa: E402  (the same module object conftest uses)
 from conftest import REPO, lw_env  # noqa: E402
+from e2e_support import conv, feedback_prompts, is_block, read_jsonl, stop_answers  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-FEEDBACK = "Stop hook feedback"
 MODULE = "demo"
 LOOP = "task"
 STEP_RE = re.compile(r"Step for this turn: (.+?) on TASK/demo \(auto iteration (\d+)\)\.")
@@ -102,12 +102,6 @@ def loop_json(project: Path, name: str = LOOP) -> dict:
     return json.loads((loop_dir(project, name) / "loop.json").read_text())
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def history(project: Path) -> list[dict]:
     return read_jsonl(loop_dir(project) / "history.jsonl")
 
@@ -123,26 +117,6 @@ def subjects(project: Path, *rev: str) -> list[str]:
 # --------------------------------------------------------------------------
 # stream / request helpers (same conventions as test_e2e_loop.py)
 # --------------------------------------------------------------------------
-
-
-def conv(res) -> list[fakeapi.Request]:
-    return res.server.conversation_requests
-
-
-def stop_answers(res) -> list[dict | None]:
-    out = []
-    for ev in res.hook_events("Stop", "hook_response"):
-        raw = (ev.get("stdout") or ev.get("output") or "").strip()
-        out.append(json.loads(raw) if raw else None)
-    return out
-
-
-def is_block(answer: dict | None) -> bool:
-    return bool(answer) and answer.get("decision") == "block"
-
-
-def feedback_prompts(res) -> list[str]:
-    return [r.last_user_text() for r in conv(res) if FEEDBACK in r.last_user_text()]
 
 
 def request_text(req: fakeapi.Request) -> str:

@@ -2,7 +2,6 @@
 that does not parse; the next writer carries on."""
 
 import json
-import os
 import random
 import signal
 import subprocess

@@ -2,11 +2,8 @@
 stdin, JSON (or nothing) on stdout, always exit 0."""
 
 import json
-import os
 import subprocess
-import sys
 import venv
-from pathlib import Path
 
 import pytest
 

@@ -1,6 +1,5 @@
 """The router as a pure function: snapshot in, decision out."""
 
-import pytest
 
 from loopwright import router
 from loopwright.transcript import Cursor, Increment

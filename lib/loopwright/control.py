@@ -182,7 +182,6 @@ def resume(state: Path, name: str | None, session: str | None, *, lock_mode: str
         ended = loop.get("status") != loops.ACTIVE
         if ended:
             _check_resumable(paths, loop, budget, raise_to)
-        owner = loop.get("owner_session")
         lk = store.read_json(paths.lock)
         held = bool(lk) and lk.get("owner") != locks.owner_tag(session) and not locks.is_stale(lk, now)
         if lk and not held and lk.get("owner") != locks.owner_tag(session):

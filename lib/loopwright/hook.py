@@ -13,7 +13,6 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 

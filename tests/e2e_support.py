@@ -1,0 +1,71 @@
+"""Helpers shared by the end-to-end tests: reading a loop's files, and what the
+real Claude Code client sent and received."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import fakeapi
+from conftest import REPO, lw_env
+
+FEEDBACK = "Stop hook feedback"
+
+
+def loop_dir(project: Path, name: str = "prompt") -> Path:
+    return project / ".loopwright" / "loops" / name
+
+
+def loop_json(project: Path, name: str = "prompt") -> dict:
+    return json.loads((loop_dir(project, name) / "loop.json").read_text())
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def history(project: Path, name: str = "prompt") -> list[dict]:
+    return read_jsonl(loop_dir(project, name) / "history.jsonl")
+
+
+def journal(project: Path, name: str = "prompt") -> list[dict]:
+    return read_jsonl(loop_dir(project, name) / "journal.jsonl")
+
+
+def stop_answers(res) -> list[dict | None]:
+    """What the loopwright Stop hook printed at each Stop, parsed (None: no output)."""
+    out = []
+    for ev in res.hook_events("Stop", "hook_response"):
+        raw = (ev.get("stdout") or ev.get("output") or "").strip()
+        out.append(json.loads(raw) if raw else None)
+    return out
+
+
+def is_block(answer: dict | None) -> bool:
+    return bool(answer) and answer.get("decision") == "block"
+
+
+def conv(res) -> list[fakeapi.Request]:
+    return res.server.conversation_requests
+
+
+def feedback_prompts(res) -> list[str]:
+    """The user text of every conversation request that carries Stop hook feedback."""
+    return [r.last_user_text() for r in conv(res) if FEEDBACK in r.last_user_text()]
+
+
+def ok(res) -> None:
+    assert res.returncode == 0, res.describe()
+    assert not res.server.exhausted_requests, "the scripted conversation ran out:\n" + res.describe()
+
+
+def loopwright(project: Path, *args: str, session: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    """bin/loopwright in ``project``, as a shell in it would run it."""
+    extra = dict(env)
+    if session:
+        extra["CLAUDE_CODE_SESSION_ID"] = session
+    return subprocess.run([str(REPO / "bin" / "loopwright"), "-C", str(project), *args], capture_output=True,
+                          text=True, env=lw_env(**extra), timeout=60)
