@@ -199,3 +199,47 @@ def test_status_json_shows_spend_against_ceilings(project):
     assert (s["dollars_estimate"], s["max_dollars"], s["max_tokens"]) == (0.0, 5.0, 1000)
     text = lw(project, "status").stdout
     assert "spend $0.00/$5.00" in text and "tokens 0/1000" in text
+
+
+def test_resume_reconciles_worktrees_and_prs_once(project, tmp_path):
+    subprocess.run(["git", "-C", str(project), "commit", "-q", "--allow-empty", "-m", "base"], check=True,
+                   env={**lw_env(), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"})
+    lw(project, "start", "--session", "S1", "goal")
+    lw(project, "report", "--outcome", "success", "--tracked-pr", "142:feature/x:abc1234:def5678:merged",
+       "--tracked-pr", "7:feature/y:abc1234:def5678:open", "--worktree", "wt/gone:feature/z:abc1234", session="S1")
+    stop(project)
+    lock = read(project, "loop.lock")
+    lock["pid"] = 999_999_999
+    loop_file(project, "loop.lock").write_text(json.dumps(lock))
+    res = lw(project, "resume", "--session", "S2")
+    assert res.returncode == 0, res.stderr
+    assert "PR #142 was already merged at prior iteration end — not re-attaching" in res.stdout
+    assert "PR #7: the remote head of feature/y could not be read" in res.stdout
+    assert "worktree wt/gone is missing; not re-attached" in res.stdout
+
+
+def test_resume_divergence_gate_fires_when_a_pr_branch_moved(project, tmp_path):
+    genv = {**lw_env(), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    g = lambda *a: subprocess.run(["git", "-C", str(project), *a], check=True, capture_output=True, text=True, env=genv).stdout  # noqa: E731
+    origin = tmp_path / "origin.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
+    g("commit", "-q", "--allow-empty", "-m", "base")
+    g("remote", "add", "origin", str(origin))
+    g("push", "-q", "origin", "HEAD:refs/heads/feature/y")
+    pushed = g("rev-parse", "HEAD").strip()
+    lw(project, "start", "--session", "S1", "goal")
+    lw(project, "report", "--outcome", "success", "--tracked-pr", f"7:feature/y:abc1234:{pushed[:10]}:open", session="S1")
+    stop(project)
+    g("commit", "-q", "--allow-empty", "-m", "someone force-pushed")
+    g("push", "-q", "-f", "origin", "HEAD:refs/heads/feature/y")
+    lock = read(project, "loop.lock")
+    lock["pid"] = 999_999_999
+    loop_file(project, "loop.lock").write_text(json.dumps(lock))
+    res = lw(project, "resume", "--session", "S2")
+    assert "resume-divergence gate decides" in res.stdout
+    gate = json.loads(lw(project, "gate", "list", "--json", session="S2").stdout)["gates"][0]
+    assert gate["name"] == "resume-divergence"
+    assert gate["question"] == "PR #7 has diverged since the prior iteration crashed — re-attach, skip, or stop the loop?"
+    assert 'Gate "resume-divergence"' in stop(project, session="S2")["reason"]
+    lw(project, "gate", "answer", "resume-divergence", "stop", session="S2")
+    assert "GATE_STOP:resume-divergence" in stop(project, session="S2")["systemMessage"]

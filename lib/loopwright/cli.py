@@ -691,7 +691,8 @@ def lc_check(obj: Ctx, module, checkpoint, result, as_json) -> None:
     from . import taskops
 
     res = _lc(taskops.apply, _project(obj), module, "check", checkpoint=checkpoint, result=result)
-    _lc_out(as_json, res, f"TASK/{module}: check {checkpoint} {result}; status {res['from']} -> {res['to']}")
+    _lc_out(as_json, res, f"TASK/{module}: check {checkpoint} {result}; status {res['from']} -> {res['to']}"
+            + (f"\nwarning: {res['warning']}" if res.get("warning") else ""))
 
 
 @lifecycle.command("exec")

@@ -125,6 +125,54 @@ def _restore_from_history(paths: loops.LoopPaths, budget: dict) -> list[str]:
     return [f"counters restored from history line {last.get('iteration')}" + (f" ({', '.join(restored)})" if restored else "")]
 
 
+def _reconcile(project: Path, budget: dict, gate_policy: str) -> list[str]:
+    """The sdd resume reconciliation, exactly once at resume: worktrees and open PRs
+    recorded in the last history line are checked against what is there now.
+    Mismatched worktrees are reported, never cleaned; a PR whose branch moved fires
+    the resume-divergence gate."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        proc = subprocess.run(["git", *args], cwd=str(project), capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    notes = []
+    for wt in budget.get("active_worktrees") or []:
+        path = Path(wt.get("path", ""))
+        path = path if path.is_absolute() else project / path
+        if not path.is_dir():
+            notes.append(f"worktree {wt.get('path')} is missing; not re-attached (left for you to inspect)")
+            continue
+        head = git("-C", str(path), "rev-parse", "HEAD") or ""
+        branch = git("-C", str(path), "rev-parse", "--abbrev-ref", "HEAD") or ""
+        if branch != wt.get("branch") or not head.startswith(str(wt.get("head_sha", "")) or "-"):
+            notes.append(f"worktree {wt.get('path')} is now at {branch}@{head[:7]}, not {wt.get('branch')}@{wt.get('head_sha')}; "
+                         "reported, not cleaned")
+    for pr in budget.get("tracked_prs") or []:
+        number = pr.get("number")
+        if pr.get("state_at_end") in ("merged", "closed"):
+            notes.append(f"PR #{number} was already {pr['state_at_end']} at prior iteration end — not re-attaching")
+            continue
+        remote = git("ls-remote", "origin", f"refs/heads/{pr.get('branch')}")
+        if remote is None or not remote:
+            notes.append(f"PR #{number}: the remote head of {pr.get('branch')} could not be read; kept as recorded")
+            continue
+        sha = remote.split()[0]
+        recorded = str(pr.get("head_sha_at_iteration_end") or "")
+        if recorded and sha.startswith(recorded):
+            continue  # re-attached silently
+        gate = {"name": gates.RESUME_DIVERGENCE,
+                "question": f"PR #{number} has diverged since the prior iteration crashed — re-attach, skip, or stop the loop?",
+                "options": gates.OPTIONS[gates.RESUME_DIVERGENCE]}
+        if gate_policy == "ask":
+            budget.setdefault("pending_gates", []).append(dict(gate, asked_at=locks.now_iso(), asks=0, answer=None))
+        else:
+            answer = "stop" if gate_policy == "stop" else gates.POLICY_CONTINUE[gates.RESUME_DIVERGENCE]
+            budget.setdefault("pending_gates", []).append(dict(gate, asked_at=locks.now_iso(), asks=0, answer=answer, answered_by="policy"))
+        notes.append(f"PR #{number} moved to {sha[:7]} (recorded {recorded[:7]}): the resume-divergence gate decides")
+    return notes
+
+
 def _check_resumable(paths: loops.LoopPaths, loop: dict, budget: dict, raise_to: dict) -> None:
     outcome = loop.get("outcome") or ""
     if loops.is_cancelled(paths) or outcome == router.CANCELLED:
@@ -235,8 +283,10 @@ def _take_over(paths: loops.LoopPaths, session: str | None, raise_to: dict, note
         if session and previous != session and starting.owned_active_loop(state, session):
             raise loops.LoopError("this session already runs another loop; finish or cancel it first")
         if previous != session or loop.get("status") != loops.ACTIVE:
-            # Crash recovery or a new run: the counters come from the history line.
+            # Crash recovery or a new run: the counters come from the history line, and
+            # the PRs and worktrees it names are reconciled once.
             notes += _restore_from_history(paths, budget)
+            notes += _reconcile(Path(loop.get("project_dir") or state.parent), budget, loop.get("gate_policy") or "ask")
         for key, value in raise_to.items():
             old = budget.get(key)
             if value != old:

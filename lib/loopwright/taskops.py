@@ -154,7 +154,12 @@ def apply(project: Path, name: str, command: str, *, checkpoint: str | None = No
             "cancel": "user cancelled",
         }.get(command, f"{command} {result or ''}".strip())
     sha = _commit(mod, commit_kind or command, description, _task_paths(mod))
-    return {"module": name, "from": status, "to": change.status, "phase": change.phase, "commit": sha}
+    out = {"module": name, "from": status, "to": change.status, "phase": change.phase, "commit": sha}
+    if command == "check":
+        blocking = _dependency_problems(mod, index)
+        if blocking:  # check flags what exec and merge will refuse
+            out["warning"] = f"dependencies not complete: {', '.join(blocking)}; exec and merge will refuse until they are"
+    return out
 
 
 # --- init -------------------------------------------------------------------------------------
