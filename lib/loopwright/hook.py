@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 
 import dataclasses
+import functools
 
 from . import claudemd, rates, verify
 from . import lock as locks
@@ -284,7 +285,13 @@ def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str]) -> tuple[ta
 
 def project_rules(loop: dict) -> claudemd.ProjectRules:
     project = loop.get("project_dir")
-    return claudemd.load(Path(project)) if project else claudemd.ProjectRules()
+    return _rules_for(project) if project else claudemd.ProjectRules()
+
+
+@functools.lru_cache(maxsize=4)
+def _rules_for(project: str) -> claudemd.ProjectRules:
+    """CLAUDE.md is read once per hook process (observe and apply both need it)."""
+    return claudemd.load(Path(project))
 
 
 def write_progress(paths: loops.LoopPaths, loop: dict, decision: router.Decision, now: float) -> None:
