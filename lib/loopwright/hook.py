@@ -21,7 +21,7 @@ import functools
 
 from . import claudemd, rates, verify
 from . import lock as locks
-from . import loops, report, router, store, transcript
+from . import loops, router, store, transcript
 from . import tasks as taskreg
 from .entry import MAX_STDIN_BYTES
 from .project import project_config, state_dir
@@ -366,6 +366,8 @@ def apply(paths: loops.LoopPaths, loop: dict, snap: router.Snapshot, decision: r
             pass
         if loop.get("mode") == "task":
             clear_task_files(loop)
+        from . import report  # the end of a loop: rare, so loaded only then
+
         summary = report.end_loop(paths, loop, decision.budget, decision.outcome, decision.reason, now, redactions)
         return {"systemMessage": summary}
     if decision.backprop_new is not None and decision.action != router.CONTINUE:
@@ -430,6 +432,8 @@ def _stop_on_corrupt(paths: loops.LoopPaths, hook: HookInput, now: float, exc: s
     except store.CorruptFile:
         pass
     if loop and loop.get("status") == loops.ACTIVE:
+        from . import report
+
         budget = router.initial_budget(loop)
         try:
             budget = store.read_json(paths.budget) or budget
@@ -459,18 +463,22 @@ def main_with(raw: bytes) -> int:
 
 # --- auto-backprop: a failing test run noticed as it happens -------------------------------------
 
-TEST_RUNNER_RE = re.compile(
+TEST_RUNNER_PATTERN = (
     r"(^|[\s;&|(])(pytest|py\.test|tox|nox|jest|vitest|mocha|rspec|phpunit|ctest|"
     r"(python3?|uv run|poetry run) -m (pytest|unittest)|(npm|yarn|pnpm|bun)( run)? test|npx (jest|vitest|mocha)|"
     r"go test|cargo (test|nextest)|mvn( -\S+)* (test|verify)|(\./)?gradlew? test|dotnet test|mix test|swift test|"
     r"make (test|check))\b"
 )
-_EXIT = re.compile(r"^Exit code (\d+)")
+
+
+@functools.lru_cache(maxsize=1)
+def _test_runner_re() -> re.Pattern:
+    return re.compile(TEST_RUNNER_PATTERN)  # compiled only in the tool-failure hook, not on every Stop
 
 
 def is_test_run(command: str, loop: dict) -> bool:
     check = (loop.get("verify") or "").strip()
-    return bool((check and check in command) or TEST_RUNNER_RE.search(command))
+    return bool((check and check in command) or _test_runner_re().search(command))
 
 
 def handle_tool_failure(raw: bytes) -> None:
@@ -496,7 +504,7 @@ def handle_tool_failure(raw: bytes) -> None:
         loop = loops.load_config(paths)
         if not loop or loop.get("status") != loops.ACTIVE or not is_test_run(command, loop):
             return
-        m = _EXIT.match(error)
+        m = re.match(r"^Exit code (\d+)", error)
         pending = {"source": "post-tool", "command": command, "exit_code": int(m.group(1)) if m else None,
                    "timed_out": False, "seconds": None, "output_tail": error[-verify.TAIL_CHARS:], "at": locks.now_iso(now)}
         store.write_json(paths.backprop_pending, claudemd.redact(pending, project_rules(loop).redactions))

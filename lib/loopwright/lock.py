@@ -11,7 +11,6 @@ here, and only when a process really has to be looked at.
 from __future__ import annotations
 
 import os
-import socket
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -39,6 +38,8 @@ def owner_tag(session_id: str | None) -> str:
 
 
 def hostname() -> str:
+    import socket  # needed only when a lock is written or compared
+
     return socket.gethostname()
 
 

@@ -11,8 +11,6 @@ directive and the file is consumed, leaving a trace in ``backprop-log.md``.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -24,6 +22,9 @@ TAIL_CHARS = 4000  # characters of output shown in the directive
 
 def run(command: str, cwd: Path, timeout: float = DEFAULT_TIMEOUT) -> dict:
     """Run the check. Never raises: a command that cannot start is a failure too."""
+    import signal
+    import subprocess  # only when a check really runs: not on every Stop
+
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
