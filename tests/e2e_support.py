@@ -57,6 +57,20 @@ def feedback_prompts(res) -> list[str]:
     return [r.last_user_text() for r in conv(res) if FEEDBACK in r.last_user_text()]
 
 
+def prompt_context(req: fakeapi.Request) -> str:
+    """Every text of the request's user and system messages: a slash command's
+    expansion and the UserPromptSubmit hook's additionalContext (Claude Code
+    2.1.197 sends that in a ``system`` message)."""
+    parts = []
+    for message in req.body["messages"]:
+        if message["role"] not in ("user", "system"):
+            continue
+        content = message["content"]
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        parts += [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+    return "\n".join(parts)
+
+
 def ok(res) -> None:
     assert res.returncode == 0, res.describe()
     assert not res.server.exhausted_requests, "the scripted conversation ran out:\n" + res.describe()

@@ -30,7 +30,7 @@ import pytest
 import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
 from conftest import REPO, lw_env  # noqa: E402
-from e2e_support import FEEDBACK, conv, history, is_block, journal, loop_dir, loop_json, stop_answers  # noqa: E402
+from e2e_support import FEEDBACK, conv, history, is_block, journal, loop_dir, loop_json, prompt_context, stop_answers  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -61,16 +61,6 @@ def prompt_answers(res) -> list[dict]:
     return [json.loads(e["stdout"]) for e in res.hook_events("UserPromptSubmit", "hook_response") if (e.get("stdout") or "").strip()]
 
 
-def prompt_context(req: fakeapi.Request) -> str:
-    """Every text of the request's user and system messages (hook additionalContext included)."""
-    parts = []
-    for message in req.body["messages"]:
-        if message["role"] not in ("user", "system"):
-            continue
-        content = message["content"]
-        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
-        parts += [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
-    return "\n".join(parts)
 
 
 def ok(res) -> None:

@@ -23,7 +23,7 @@ import pytest
 # ``claude`` fixture type-checks replies against ``fakeapi.Reply``.
 import fakeapi  # noqa: E402
 from conftest import REPO, lw_env  # noqa: E402
-from e2e_support import FEEDBACK, conv, feedback_prompts, history, is_block, journal, loop_dir, loop_json, stop_answers  # noqa: E402
+from e2e_support import FEEDBACK, conv, feedback_prompts, history, is_block, journal, loop_dir, loop_json, prompt_context, stop_answers  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -38,19 +38,6 @@ def whole_request(req: fakeapi.Request) -> str:
     return json.dumps(req.body["messages"], ensure_ascii=False)
 
 
-def prompt_context(req: fakeapi.Request) -> str:
-    """Every text of the request's user and system messages: the start command's
-    expansion, and the UserPromptSubmit hook's additionalContext (Claude Code
-    2.1.197 sends it in a ``system`` message: "UserPromptSubmit hook additional
-    context: ...")."""
-    parts = []
-    for message in req.body["messages"]:
-        if message["role"] not in ("user", "system"):
-            continue
-        content = message["content"]
-        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
-        parts += [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
-    return "\n".join(parts)
 
 
 def assert_blocks_honoured(res) -> None:

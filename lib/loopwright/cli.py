@@ -36,6 +36,19 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def ceiling_options(help_text: str):
+    """The --max-* options for commands that raise ceilings; ``help_text`` has one {} for the budget."""
+    specs = (("--max-iterations", int, "iteration"), ("--max-minutes", float, "wall-clock minutes"),
+             ("--max-tokens", int, "token"), ("--max-dollars", float, "dollar"), ("--max-prs", int, "PR"))
+
+    def wrap(fn):
+        for flag, kind, what in reversed(specs):
+            fn = click.option(flag, type=kind, help=help_text.format(what))(fn)
+        return fn
+
+    return wrap
+
+
 def _env_session() -> str | None:
     """Inside Claude Code (the agent's Bash tool) the session id is in the environment."""
     return starting.clean_session(os.environ.get("CLAUDE_CODE_SESSION_ID"))
@@ -299,11 +312,7 @@ def cancel(obj: Ctx, name, session, reason) -> None:
 @click.argument("name", required=False)
 @click.option("--session", help="The session that takes the loop over (default: $CLAUDE_CODE_SESSION_ID).")
 @click.option("--lock", "lock_mode", type=click.Choice(["skip", "wait", "force"]), help="When a live session holds the loop: skip (refuse, the default), wait until it is free, or force (after the force-unlock gate).")
-@click.option("--max-iterations", type=int, help="Raise the iteration ceiling (ceilings change only when you say so).")
-@click.option("--max-minutes", type=float, help="Raise the wall-clock ceiling.")
-@click.option("--max-tokens", type=int, help="Raise the token ceiling.")
-@click.option("--max-dollars", type=float, help="Raise the dollar ceiling.")
-@click.option("--max-prs", type=int, help="Raise the PR ceiling (work mode).")
+@ceiling_options("Raise the {} ceiling (ceilings change only when you say so).")
 @click.pass_obj
 def resume(obj: Ctx, name, session, lock_mode, **ceilings) -> None:
     """Continue a loop in this session: after an interrupt or the block cap, when its session
@@ -415,11 +424,7 @@ def gate() -> None:
 @click.argument("gate_name", metavar="GATE")
 @click.argument("answer", metavar="OPTION")
 @click.option("--loop", "name", help="The loop (default: this session's, or the only one).")
-@click.option("--max-iterations", type=int, help="With 'budget-escalation raise': the new iteration ceiling.")
-@click.option("--max-minutes", type=float, help="With 'budget-escalation raise': the new minutes ceiling.")
-@click.option("--max-tokens", type=int, help="With 'budget-escalation raise': the new token ceiling.")
-@click.option("--max-dollars", type=float, help="With 'budget-escalation raise': the new dollar ceiling.")
-@click.option("--max-prs", type=int, help="With 'budget-escalation raise': the new PR ceiling.")
+@ceiling_options("With 'budget-escalation raise': the new {} ceiling.")
 @click.pass_obj
 def gate_answer(obj: Ctx, gate_name, answer, name, **raise_to) -> None:
     """Record the user's answer to a waiting gate, verbatim."""
