@@ -1,6 +1,12 @@
 # loopwright developer tasks. Needs Python 3.9+, Node.js/npm and git.
+#
+# The development virtualenv and the pinned Claude Code CLI live under
+# ~/.cache (not in this checkout), so a checkout stays small enough to add as a
+# plugin marketplace directly (`claude plugin marketplace add .` copies it whole).
 PYTHON ?= python3
-VENV   := .venv
+CACHE  ?= $(HOME)/.cache/loopwright
+REQS   := $(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
+VENV   ?= $(CACHE)/venv-$(REQS)
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.loopwright-installed
 
@@ -8,9 +14,9 @@ STAMP  := $(VENV)/.loopwright-installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.txt
+$(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements-dev.txt
 	touch $(STAMP)
 
 # The whole suite: unit, property, concurrency, fault and real-CLI end-to-end tests.
@@ -32,9 +38,11 @@ demo: setup
 
 bench: setup
 	$(PY) bench/bench_stop.py
+	$(PY) bench/bench_tasks.py
 
 validate: setup
 	$(PY) tests/claude_cli.py validate .
+	$(PY) tests/claude_cli.py validate .claude-plugin/plugin.json
 
 clean:
-	rm -rf $(VENV) tests/.cache .pytest_cache
+	rm -rf $(VENV) .venv tests/.cache .pytest_cache .hypothesis

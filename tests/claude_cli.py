@@ -1,7 +1,7 @@
 """Drive the real Claude Code CLI offline against :mod:`fakeapi`.
 
 * :func:`claude_binary` installs the pinned CLI (``CLAUDE_CODE_VERSION``) with
-  npm into ``tests/.cache/claude-code-<version>/`` the first time it is
+  npm into ``~/.cache/loopwright-claude-code-<version>/`` the first time it is
   needed (idempotent; concurrent callers serialise on a lock file and the
   install is done in a temporary directory that is renamed into place) and
   returns the path of ``node_modules/.bin/claude``.  Set
@@ -41,7 +41,9 @@ CLAUDE_CODE_VERSION = "2.1.197"
 NPM_PACKAGE = "@anthropic-ai/claude-code"
 
 TESTS_DIR = Path(__file__).resolve().parent
-CACHE_DIR = TESTS_DIR / ".cache"
+# Outside the checkout (which users may add as a marketplace, copied whole);
+# one copy per machine, shared by every checkout.
+CACHE_DIR = Path(os.environ.get("LOOPWRIGHT_CLAUDE_CACHE") or Path.home() / ".cache")
 
 # Variables copied from the calling environment; everything else (notably
 # any CLAUDE*/ANTHROPIC* variable of an enclosing Claude Code session) is not.
@@ -54,7 +56,7 @@ _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ", 
 
 
 def _install_dir(version: str) -> Path:
-    return CACHE_DIR / f"claude-code-{version}"
+    return CACHE_DIR / f"loopwright-claude-code-{version}"
 
 
 def _bin_path(prefix: Path) -> Path:
@@ -89,11 +91,11 @@ def claude_binary(version: str = CLAUDE_CODE_VERSION) -> str:
         return str(binary)
 
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(CACHE_DIR / f"claude-code-{version}.lock", "w") as lock:
+    with open(CACHE_DIR / f".loopwright-claude-code-{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
         if binary.exists():  # another process finished while we waited
             return str(binary)
-        tmp = Path(tempfile.mkdtemp(prefix=f".claude-code-{version}-", dir=CACHE_DIR))
+        tmp = Path(tempfile.mkdtemp(prefix=f".loopwright-claude-code-{version}-", dir=CACHE_DIR))
         try:
             proc = subprocess.run(
                 [

@@ -20,6 +20,11 @@ sys.path.insert(0, str(LIB))
 
 import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# No example database in the checkout: it may be added as a marketplace, copied whole.
+settings.register_profile("loopwright", database=None)
+settings.load_profile("loopwright")
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Tests proving the fake Messages API + CLI harness work with the real CLI.
 
 The ``e2e`` tests run the pinned Claude Code CLI (installed on first use by
-``claude_cli.claude_binary()``, ~7 s, then cached in ``tests/.cache``); each
+``claude_cli.claude_binary()``, ~7 s, then cached under ``~/.cache``); each
 run takes about 1-2 s.
 """
 
