@@ -161,6 +161,18 @@ def _state(state: Path) -> list[Check]:
     return checks
 
 
+def _statusline() -> Check:
+    command = f"{PLUGIN_ROOT / 'bin' / 'loopwright'} statusline"
+    try:
+        settings = json.loads((Path.home() / ".claude" / "settings.json").read_text())
+    except (OSError, ValueError):
+        settings = {}
+    current = (settings.get("statusLine") or {}).get("command", "") if isinstance(settings, dict) else ""
+    if "loopwright" in str(current):
+        return Check(OK, "status line", current)
+    return Check(OK, "status line", f'optional: add {{"statusLine": {{"type": "command", "command": "{command}"}}}} to ~/.claude/settings.json')
+
+
 def run(state: Path) -> list[Check]:
     project = state.parent
-    return [*_interpreter(), *_packages(), *_wiring(), *_other_stop_hooks(project), _block_cap(), *_state(state)]
+    return [*_interpreter(), *_packages(), *_wiring(), *_other_stop_hooks(project), _block_cap(), _statusline(), *_state(state)]
