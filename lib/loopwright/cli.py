@@ -160,6 +160,7 @@ def loop_summary(paths: loops.LoopPaths) -> dict:
         "paused": active and r.get("last_action") == router.PAUSE,
         "paused_at": r.get("paused_at") if active and r.get("last_action") == router.PAUSE else None,
         "prompt": cfg.get("prompt"),
+        "task_module": cfg.get("task_module"),
         "report": str(paths.report) if paths.report.exists() else None,
     }
 
@@ -209,7 +210,8 @@ def status(obj: Ctx, name: str | None, as_json: bool) -> None:
     for s in summaries:
         paths = loops.LoopPaths(state, s["name"])
         if s["status"] == loops.ACTIVE:
-            click.echo(f"{s['name']}: active ({s['mode']} mode), iteration {s['iteration']}/{s['max_iterations']}")
+            what = f"{s['mode']} mode" + (f", TASK/{s['task_module']}" if s.get("task_module") else "")
+            click.echo(f"{s['name']}: active ({what}), iteration {s['iteration']}/{s['max_iterations']}")
             click.echo(f"  owner session: {s['owner_session'] or 'none yet (waiting for adoption)'}")
             click.echo(f"  {_lock_line(paths)}")
             if s["paused"]:
