@@ -14,9 +14,10 @@ from pathlib import Path
 import click
 import orjson
 
-from . import __version__, control, loops, router, slashargs, store
+from . import __version__, control, loops, router, store
 from . import lock as locks
 from . import start as starting
+from .errors import UserError
 from .project import STATE_DIRNAME, state_dir
 
 
@@ -60,7 +61,7 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (loops.LoopError, store.CorruptFile, slashargs.ArgError) as exc:
+        except UserError as exc:
             fail(str(exc))
         except OSError as exc:
             fail(f"{exc.strerror or exc} ({exc.filename or 'file'}); check the path and its permissions")
@@ -511,13 +512,6 @@ def _task_file(obj: Ctx, loop_name: str | None, project_arg: str | None = None) 
         raise loops.LoopError(str(exc)) from None
 
 
-def _task_call(fn, *args, **kw):
-    from . import tasks as taskreg
-
-    try:
-        return fn(*args, **kw)
-    except taskreg.TaskError as exc:
-        raise loops.LoopError(str(exc)) from None
 
 
 def _emit(as_json: bool, data: dict, text: str) -> None:
@@ -544,7 +538,7 @@ def task_add(obj: Ctx, text, depends_on, source, loop_name, as_json) -> None:
     """Add an open task; prints its id."""
     from . import tasks as taskreg
 
-    entry = _task_call(taskreg.add, _task_file(obj, loop_name), " ".join(text), source, list(depends_on))
+    entry = taskreg.add(_task_file(obj, loop_name), " ".join(text), source, list(depends_on))
     _emit(as_json, entry, entry["id"])
 
 
@@ -557,7 +551,7 @@ def task_complete(obj: Ctx, task_id, loop_name, as_json) -> None:
     """Mark a task done (a task already done stays as it is)."""
     from . import tasks as taskreg
 
-    entry, changed = _task_call(taskreg.complete, _task_file(obj, loop_name), task_id)
+    entry, changed = taskreg.complete(_task_file(obj, loop_name), task_id)
     _emit(as_json, {"task": entry, "changed": changed},
           f"{task_id} done" if changed else f"{task_id} was already done; nothing changed")
 
@@ -572,7 +566,7 @@ def task_update(obj: Ctx, task_id, text, loop_name, as_json) -> None:
     """Replace a task's description (its status is kept)."""
     from . import tasks as taskreg
 
-    entry = _task_call(taskreg.update, _task_file(obj, loop_name), task_id, " ".join(text))
+    entry = taskreg.update(_task_file(obj, loop_name), task_id, " ".join(text))
     _emit(as_json, entry, f"{task_id} updated")
 
 
@@ -586,7 +580,7 @@ def task_remove(obj: Ctx, task_id, reason, loop_name, as_json) -> None:
     """Remove a task for good (REASON defaults to "manual")."""
     from . import tasks as taskreg
 
-    entry = _task_call(taskreg.remove, _task_file(obj, loop_name), task_id, " ".join(reason) or "manual")
+    entry = taskreg.remove(_task_file(obj, loop_name), task_id, " ".join(reason) or "manual")
     _emit(as_json, entry, f"{task_id} removed ({entry['reason']})")
 
 
@@ -639,18 +633,7 @@ def _project(obj: Ctx) -> Path:
     return obj.state.parent
 
 
-def _lc(fn, *args, **kw):
-    """Run a lifecycle operation, turning its refusals into one-line errors."""
-    from . import gitops, signals, taskops
 
-    try:
-        return fn(*args, **kw)
-    except (taskops.TaskError, gitops.GitError, signals.SignalError) as exc:
-        raise loops.LoopError(str(exc)) from None
-
-
-def _lc_out(as_json: bool, data: dict, text: str) -> None:
-    click.echo(orjson.dumps(data).decode() if as_json else text)
 
 
 @main.group()
@@ -669,9 +652,9 @@ def lc_init(obj: Ctx, module, title, tags, worktree, as_json) -> None:
     """Create TASK/MODULE (status draft), its branch task/MODULE, and commit."""
     from . import taskops
 
-    res = _lc(taskops.init, _project(obj), module, title, [t.strip() for t in tags.split(",") if t.strip()], worktree)
+    res = taskops.init(_project(obj), module, title, [t.strip() for t in tags.split(",") if t.strip()], worktree)
     where = f" in worktree {res['worktree']}" if res["worktree"] else ""
-    _lc_out(as_json, res, f"TASK/{module} created (draft) on branch {res['branch']}{where}; fill in {res['dir']}/.target.md")
+    _emit(as_json, res, f"TASK/{module} created (draft) on branch {res['branch']}{where}; fill in {res['dir']}/.target.md")
 
 
 @lifecycle.command("plan")
@@ -683,8 +666,8 @@ def lc_plan(obj: Ctx, module, annotations, as_json) -> None:
     """Record a plan run: draft/blocked -> planning, review/executing -> re-planning."""
     from . import taskops
 
-    res = _lc(taskops.apply, _project(obj), module, "plan", result="(annotations)" if annotations else "(generated)")
-    _lc_out(as_json, res, f"TASK/{module}: plan recorded; status {res['from']} -> {res['to']}" + (f" (phase {res['phase']})" if res["phase"] else ""))
+    res = taskops.apply(_project(obj), module, "plan", result="(annotations)" if annotations else "(generated)")
+    _emit(as_json, res, f"TASK/{module}: plan recorded; status {res['from']} -> {res['to']}" + (f" (phase {res['phase']})" if res["phase"] else ""))
 
 
 @lifecycle.command("check")
@@ -697,8 +680,8 @@ def lc_check(obj: Ctx, module, checkpoint, result, as_json) -> None:
     """Record a check verdict and its status change."""
     from . import taskops
 
-    res = _lc(taskops.apply, _project(obj), module, "check", checkpoint=checkpoint, result=result)
-    _lc_out(as_json, res, f"TASK/{module}: check {checkpoint} {result}; status {res['from']} -> {res['to']}"
+    res = taskops.apply(_project(obj), module, "check", checkpoint=checkpoint, result=result)
+    _emit(as_json, res, f"TASK/{module}: check {checkpoint} {result}; status {res['from']} -> {res['to']}"
             + (f"\nwarning: {res['warning']}" if res.get("warning") else ""))
 
 
@@ -716,8 +699,8 @@ def lc_exec(obj: Ctx, module, result, completed_steps, total_steps, as_json) -> 
     desc = None
     if completed_steps is not None and total_steps:
         desc = f"exec step {completed_steps}/{total_steps} {'done' if result else 'started'}"
-    res = _lc(taskops.apply, _project(obj), module, "exec", result=result, completed_steps=completed_steps, description=desc)
-    _lc_out(as_json, res, f"TASK/{module}: exec {result or 'started'}; status {res['from']} -> {res['to']}")
+    res = taskops.apply(_project(obj), module, "exec", result=result, completed_steps=completed_steps, description=desc)
+    _emit(as_json, res, f"TASK/{module}: exec {result or 'started'}; status {res['from']} -> {res['to']}")
 
 
 @lifecycle.command("commit")
@@ -729,7 +712,7 @@ def lc_commit(obj: Ctx, module, kind, message) -> None:
     """Commit all project changes with the ai-cli-task convention (exec phase)."""
     from . import taskops
 
-    sha = _lc(taskops.commit_work, _project(obj), module, kind, message)
+    sha = taskops.commit_work(_project(obj), module, kind, message)
     click.echo(f"committed {sha[:10]}: -- ai-cli-task({module}):{kind} {message.strip()}" if sha else "nothing to commit")
 
 
@@ -744,14 +727,14 @@ def lc_merge(obj: Ctx, module, verify, cont, abort, as_json) -> None:
     """Merge task/MODULE into its base branch; on success the task is complete and cleaned up."""
     from . import taskops
 
-    res = _lc(taskops.merge, _project(obj), module, verify=verify, cont=cont, abort=abort)
+    res = taskops.merge(_project(obj), module, verify=verify, cont=cont, abort=abort)
     if res["result"] == "success":
         text = f"TASK/{module}: merged into {res['base_branch']}; status complete; removed {', '.join(res['cleaned']) or 'nothing'}"
     elif res.get("aborted"):
         text = f"TASK/{module}: merge aborted; the task stays executing"
     else:
         text = f"TASK/{module}: merge conflict" + (f" in {', '.join(res['conflicts'])}" if res.get("conflicts") else "") + f". {res['next']}"
-    _lc_out(as_json, res, text)
+    _emit(as_json, res, text)
     if res["result"] != "success":
         sys.exit(3)
 
@@ -765,8 +748,8 @@ def lc_report(obj: Ctx, module, fmt, as_json) -> None:
     """Write TASK/MODULE/.report.md from the task's files and commit history."""
     from . import taskops
 
-    res = _lc(taskops.report, _project(obj), module, fmt)
-    _lc_out(as_json, res, f"TASK/{module}: report written to {res['report']} ({res['commits']} task commits)")
+    res = taskops.report(_project(obj), module, fmt)
+    _emit(as_json, res, f"TASK/{module}: report written to {res['report']} ({res['commits']} task commits)")
 
 
 @lifecycle.command("cancel")
@@ -779,8 +762,8 @@ def lc_cancel(obj: Ctx, module, reason, cleanup, as_json) -> None:
     """Cancel a task in any status (snapshotting uncommitted changes first)."""
     from . import taskops
 
-    res = _lc(taskops.cancel, _project(obj), module, reason, cleanup)
-    _lc_out(as_json, res, res.get("message") or f"TASK/{module}: cancelled ({reason})"
+    res = taskops.cancel(_project(obj), module, reason, cleanup)
+    _emit(as_json, res, res.get("message") or f"TASK/{module}: cancelled ({reason})"
             + (f"; snapshot {res['snapshot'][:10]}" if res.get("snapshot") else "")
             + (f"; removed {', '.join(res['cleaned'])}" if res.get("cleaned") else ""))
 
@@ -794,8 +777,8 @@ def lc_annotate(obj: Ctx, module, plan_file, as_json) -> None:
     """Apply TASK/MODULE/.tmp-annotations.json to PLAN_FILE, then delete it."""
     from . import taskops
 
-    res = _lc(taskops.annotate, _project(obj), module, plan_file)
-    _lc_out(as_json, res, "\n".join([f"applied {len(res['applied'])} annotation(s) to {plan_file}:"]
+    res = taskops.annotate(_project(obj), module, plan_file)
+    _emit(as_json, res, "\n".join([f"applied {len(res['applied'])} annotation(s) to {plan_file}:"]
                                      + [f"  {a['kind']} at line {a['line']}" for a in res["applied"]]))
 
 
@@ -807,7 +790,7 @@ def lc_status(obj: Ctx, module, as_json) -> None:
     """Status, phase, dependencies, and the commands the matrix allows now."""
     from . import taskops
 
-    st = _lc(taskops.status, _project(obj), module)
+    st = taskops.status(_project(obj), module)
     if as_json:
         click.echo(orjson.dumps(st).decode())
         return
@@ -828,9 +811,9 @@ def lc_stop(obj: Ctx, module, reason) -> None:
     """Ask a running auto loop to stop between steps (writes .auto-stop)."""
     from . import signals, taskops
 
-    mod = _lc(taskops.locate, _project(obj), module)
+    mod = taskops.locate(_project(obj), module)
     mod.main_dir.mkdir(parents=True, exist_ok=True)
-    _lc(signals.write_stop, mod.main_dir, reason)
+    signals.write_stop(mod.main_dir, reason)
     click.echo(f"TASK/{module}: stop requested ({reason}); the loop ends after the current step")
 
 
@@ -847,9 +830,9 @@ def signal(obj: Ctx, module, step, result, nxt, checkpoint, iteration, timestamp
     """Write TASK/MODULE/.auto-signal after a step (validated; main worktree even in worktree mode)."""
     from . import signals, taskops
 
-    mod = _lc(taskops.locate, _project(obj), module)
+    mod = taskops.locate(_project(obj), module)
     mod.main_dir.mkdir(parents=True, exist_ok=True)
-    sig = _lc(signals.write_signal, mod.main_dir, step, result, nxt, checkpoint, iteration, timestamp)
+    sig = signals.write_signal(mod.main_dir, step, result, nxt, checkpoint, iteration, timestamp)
     click.echo(f"signal written: {orjson.dumps(sig).decode()}")
 
 

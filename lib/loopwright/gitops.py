@@ -11,10 +11,12 @@ import os
 import subprocess
 from pathlib import Path
 
+from .errors import UserError
+
 COMMIT_TYPES = ("init", "plan", "check", "exec", "feat", "fix", "refactor", "merge", "report", "cancel")
 
 
-class GitError(Exception):
+class GitError(UserError):
     pass
 
 

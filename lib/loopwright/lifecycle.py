@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import UserError
+
 STATUSES = ("draft", "planning", "review", "executing", "re-planning", "complete", "blocked", "cancelled")
 TERMINAL = ("complete", "cancelled")
 COMMANDS = ("plan", "check post-plan", "check mid-exec", "check post-exec", "exec", "merge", "report", "cancel")
@@ -27,7 +29,7 @@ SAME = "="  # the status stays as it is
 REJECT = None  # ⊘
 
 
-class LifecycleError(Exception):
+class LifecycleError(UserError):
     """A rejected (status, command) combination or a bad result; one line for the user."""
 
 

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from . import store
+from .errors import UserError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -30,7 +31,7 @@ DEFAULT_MAX_DOLLARS = 25.0
 DEFAULT_MAX_PRS = 20
 
 
-class LoopError(Exception):
+class LoopError(UserError):
     """A user-facing problem with a loop; the message is one line naming the fix."""
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import store
+from .errors import UserError
 from .lock import now_iso
 
 STEPS = ("plan", "check", "exec", "merge", "report")
@@ -21,7 +22,7 @@ STOP_REASONS = ("timeout", "max_iterations", "user_stop", "stall_limit")
 _STEP_N = re.compile(r"^\(step-(\d+)\)$")
 
 
-class SignalError(ValueError):
+class SignalError(UserError, ValueError):
     """A signal that does not fit the whitelist; the message names the field."""
 
 

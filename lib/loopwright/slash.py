@@ -15,6 +15,7 @@ import orjson
 
 from . import control, loops, slashargs, store
 from . import start as starting
+from .errors import UserError
 from .project import state_dir
 
 COMMAND_RE = re.compile(r"^\s*/loopwright:(loop|cancel|resume|answer|task)(?=\s|$)(.*)\Z", re.DOTALL)
@@ -79,14 +80,8 @@ def handle(raw: bytes) -> dict | None:
         reason = str(opts.get("--reason") or "cancelled by the user")
         return _context(control.cancel(state, name.strip() or None, session, reason)
                         + "\nTell the user the loop was cancelled; do not continue its work.")
-    except (loops.LoopError, slashargs.ArgError, store.CorruptFile) as exc:
+    except UserError as exc:
         return _refuse(str(exc))
-    except Exception as exc:  # lifecycle refusals carry their own one-line message
-        from . import gitops, signals, taskops
-
-        if isinstance(exc, (taskops.TaskError, gitops.GitError, signals.SignalError)):
-            return _refuse(str(exc))
-        raise
     except OSError as exc:
         return _refuse(f"{exc.strerror or exc} ({exc.filename or 'state file'}); check the project directory's permissions")
 

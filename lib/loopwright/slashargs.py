@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import UserError
 
-class ArgError(ValueError):
+
+class ArgError(UserError, ValueError):
     pass
 
 

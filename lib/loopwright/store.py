@@ -15,13 +15,15 @@ from typing import Any, Iterator
 
 import orjson
 
+from .errors import UserError
+
 try:  # POSIX: flock is in the standard library and costs nothing to import.
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 
-class CorruptFile(Exception):
+class CorruptFile(UserError):
     """A state file did not parse; it has been moved aside to ``moved_to``."""
 
     def __init__(self, path: Path, moved_to: Path | None, detail: str):

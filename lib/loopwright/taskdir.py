@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import store
+from .errors import UserError
 from .lock import now_iso
 
 TASK_ROOT = "TASK"
@@ -43,7 +44,7 @@ TARGET_TEMPLATE = """# Target: {title}
 """
 
 
-class TaskDirError(Exception):
+class TaskDirError(UserError):
     """A one-line, user-facing problem with a task module or its files."""
 
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import gitops, lifecycle, signals, store, taskdir
+from .errors import UserError
 from .lock import now_iso
 
 MAX_MERGE_ATTEMPTS = 3
 
 
-class TaskError(Exception):
+class TaskError(UserError):
     """A one-line, user-facing refusal; nothing was changed."""
 
 

@@ -18,13 +18,14 @@ from pathlib import Path
 import orjson
 
 from . import store
+from .errors import UserError
 from .lock import now_iso
 
 OPEN, DONE = "open", "done"
 DEFAULT_PROMPT_BUDGET = 4000
 
 
-class TaskError(Exception):
+class TaskError(UserError):
     """A one-line, user-facing problem with a task command."""
 
 
