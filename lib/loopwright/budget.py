@@ -111,7 +111,6 @@ class Folded:
     agents: int = 0
     failure: dict | None = None
     outage: str | None = None
-    skipped_items: list[str] | None = None
 
 
 def _norm_sig(text: str) -> str:

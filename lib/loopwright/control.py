@@ -18,7 +18,7 @@ from . import start as starting
 LOCK_MODES = ("skip", "wait", "force")
 WAIT_POLL_SECONDS = 2.0
 # Outcomes a loop can be resumed from (with higher ceilings where one ran out).
-RESUMABLE_PREFIXES = ("MAX_ITERATIONS", "BUDGET_EXHAUSTED", "STOPPED", "LOCK_CONFLICT", "EXTERNAL_UNREACHABLE")
+RESUMABLE_PREFIXES = ("MAX_ITERATIONS", "BUDGET_EXHAUSTED", "STOPPED", "EXTERNAL_UNREACHABLE")
 
 
 def config(paths: loops.LoopPaths) -> dict:

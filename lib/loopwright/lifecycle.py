@@ -16,14 +16,6 @@ TERMINAL = ("complete", "cancelled")
 COMMANDS = ("plan", "check post-plan", "check mid-exec", "check post-exec", "exec", "merge", "report", "cancel")
 CHECKPOINTS = ("post-plan", "mid-exec", "post-exec")
 
-# Results each checkpoint of `check` may give.
-CHECK_RESULTS = {
-    "post-plan": ("PASS", "NEEDS_REVISION", "BLOCKED"),
-    "mid-exec": ("CONTINUE", "NEEDS_FIX", "REPLAN", "BLOCKED"),
-    "post-exec": ("ACCEPT", "NEEDS_FIX", "REPLAN"),
-}
-EXEC_RESULTS = ("(start)", "(done)", "(mid-exec)", "(blocked)")  # plus (step-N)
-MERGE_RESULTS = ("success", "conflict")
 
 SAME = "="  # the status stays as it is
 REJECT = None  # ⊘

@@ -18,7 +18,6 @@ OUTCOME_WORDS = {
     "LOOP_DONE": "the goal was reported complete",
     "MAX_ITERATIONS": "the iteration limit was reached",
     "CANCELLED": "the loop was cancelled",
-    "LOCK_CONFLICT": "another session holds the loop",
     "EXTERNAL_UNREACHABLE": "an external service was unreachable for two iterations in a row",
 }
 

@@ -32,7 +32,6 @@ CONTINUE, STOP, HOLD, PAUSE = "continue", "stop", "hold", "pause"
 LOOP_DONE = "LOOP_DONE"
 MAX_ITERATIONS = "MAX_ITERATIONS"
 CANCELLED = "CANCELLED"
-LOCK_CONFLICT = "LOCK_CONFLICT"
 EXTERNAL_UNREACHABLE = "EXTERNAL_UNREACHABLE"
 DEPENDENCY_CYCLE = "DEPENDENCY_CYCLE"
 OUTAGE_LIMIT = 2  # consecutive iterations with the external service unreachable
@@ -88,13 +87,8 @@ class Decision:
     budget: dict | None = None
     history: dict | None = None
     journal: list[dict] = field(default_factory=list)
-    stop_conditions: list[str] = field(default_factory=list)
     backprop_new: dict | None = None  # write backprop-pending.json
     backprop_delivered: dict | None = None  # the pending failure this prompt carries: log it, clear it
-
-    @property
-    def ends_loop(self) -> bool:
-        return self.action == STOP
 
 
 def initial_budget(loop: dict) -> dict:
@@ -505,5 +499,4 @@ def _finish(t: _Tick, history: dict, action: str, reason: str, *, outcome: str, 
     return Decision(
         STOP, reason, outcome=outcome, iteration=t.iteration, budget=t.budget, history=_snap(history, t.budget),
         journal=t.journal + [{"event": "route", "decision": STOP, "outcome": outcome, "reason": reason}],
-        stop_conditions=fired,
     )

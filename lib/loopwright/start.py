@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import lock as locks
-from . import loops, router, slashargs, store, verify
+from . import gates, loops, router, slashargs, store, verify
 from .completion import DEFAULT_PROMISE, sentinel
 
 MAX_PROMPT_CHARS = 100_000
@@ -77,7 +77,7 @@ def validate(req: StartRequest) -> StartRequest:
         raise loops.LoopError(f"--max-prs must be 1 or more (got {req.max_prs})")
     if req.lock_mode not in ("skip", "wait", "force"):
         raise loops.LoopError(f"--lock must be skip, wait or force (got {req.lock_mode!r})")
-    if req.gate_policy not in ("ask", "continue", "stop"):
+    if req.gate_policy not in gates.POLICIES:
         raise loops.LoopError(f"--gates must be ask, continue or stop (got {req.gate_policy!r})")
     if req.verify is not None:
         req.verify = req.verify.strip()
