@@ -304,8 +304,7 @@ def _take_over(paths: loops.LoopPaths, session: str | None, raise_to: dict, note
             except FileNotFoundError:
                 pass
         loop["owner_session"] = session
-        pid, ctime = locks.claude_process()
-        store.write_json(paths.lock, locks.new_lock(session, pid, ctime, int(budget.get("iterations_used", 0)) + 1, now))
+        store.write_json(paths.lock, locks.new_lock(session, int(budget.get("iterations_used", 0)) + 1, now))
         store.write_json(paths.budget, budget)
         store.write_json(paths.config, loop)
     _journal(paths, session, now, event="resume", previous_owner=previous, notes=notes)

@@ -115,9 +115,8 @@ def find_loop(state: Path, hook: HookInput, now: float, notes: list[str]) -> loo
             if cfg and cfg.get("status") == loops.ACTIVE and not cfg.get("owner_session"):
                 cfg["owner_session"] = hook.session_id
                 # The start command had no session to name in the lock; this session takes it.
-                pid, ctime = locks.claude_process()
                 budget = store.read_json(paths.budget) or {}
-                store.write_json(paths.lock, locks.new_lock(hook.session_id, pid, ctime, int(budget.get("iterations_used", 0)) + 1, now))
+                store.write_json(paths.lock, locks.new_lock(hook.session_id, int(budget.get("iterations_used", 0)) + 1, now))
                 store.write_json(paths.config, cfg)
                 journal(paths, {"event": "adopt", "reason": "start nonce found in this session"}, now, hook.session_id)
                 return paths
@@ -384,8 +383,7 @@ def apply(paths: loops.LoopPaths, loop: dict, snap: router.Snapshot, decision: r
             pass
     lock = snap.lock if snap.lock_state == router.LOCK_OURS else None
     if lock is None:  # free or stale: this session (re)takes it
-        pid, ctime = locks.claude_process()
-        lock = locks.new_lock(sid, pid, ctime, decision.iteration, now)
+        lock = locks.new_lock(sid, decision.iteration, now)
         journal(paths, {"event": "lock", "result": "acquired", "previous": snap.lock_state}, now, sid)
     lock = dict(lock, heartbeat_at=locks.now_iso(now), iteration=decision.iteration + 1)
     store.write_json(paths.lock, lock)

@@ -125,7 +125,9 @@ def claude_process() -> tuple[int | None, float | None]:
     return None, None
 
 
-def new_lock(session_id: str | None, pid: int | None, create_time: float | None, iteration: int, now: float) -> dict:
+def new_lock(session_id: str | None, iteration: int, now: float) -> dict:
+    """A lock held by ``session_id`` through the Claude Code process above us."""
+    pid, create_time = claude_process()
     stamp = now_iso(now)
     return {
         "owner": owner_tag(session_id),

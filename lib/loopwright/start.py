@@ -156,8 +156,7 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
             "project_dir": str(state.parent),
         }
         loops.mark_active(paths)
-        pid, ctime = locks.claude_process()
-        store.write_json(paths.lock, locks.new_lock(req.session, pid, ctime, 1, now))
+        store.write_json(paths.lock, locks.new_lock(req.session, 1, now))
         paths.configured(loop)
         budget = router.initial_budget(loop)
         if req.task_state:
