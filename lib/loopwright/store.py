@@ -168,15 +168,9 @@ class JsonlProblem:
         return f"{self.path.name}:{self.lineno}: {self.detail} (line skipped)"
 
 
-def read_jsonl(path: Path) -> tuple[list[dict], list[JsonlProblem]]:
-    """All object lines of a JSONL file, plus the lines that had to be skipped."""
-    path = Path(path)
+def _parse_lines(data: bytes, path: Path) -> tuple[list[dict], list[JsonlProblem]]:
     records: list[dict] = []
     problems: list[JsonlProblem] = []
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return records, problems
     for lineno, raw in enumerate(data.split(b"\n"), 1):
         if not raw.strip():
             continue
@@ -190,6 +184,16 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[JsonlProblem]]:
             continue
         records.append(value)
     return records, problems
+
+
+def read_jsonl(path: Path) -> tuple[list[dict], list[JsonlProblem]]:
+    """All object lines of a JSONL file, plus the lines that had to be skipped."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], []
+    return _parse_lines(data, path)
 
 
 def last_jsonl_record(path: Path, chunk: int = 65536) -> dict | None:
@@ -236,17 +240,6 @@ def read_jsonl_from(path: Path, offset: int) -> tuple[list[dict], int, list[str]
     except FileNotFoundError:
         return [], 0, []
     end = data.rfind(b"\n") + 1
-    records, problems = [], []
-    for raw in data[:end].split(b"\n"):
-        if not raw.strip():
-            continue
-        try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            problems.append(f"{Path(path).name}: a line that is not valid JSON was skipped")
-            continue
-        if isinstance(value, dict):
-            records.append(value)
-        else:
-            problems.append(f"{Path(path).name}: a line that is not a JSON object was skipped")
-    return records, offset + end, problems
+    records, problems = _parse_lines(data[:end], Path(path))
+    # Line numbers count from the offset, so the note names the file and the fault only.
+    return records, offset + end, [f"{p.path.name}: a line that is {p.detail} was skipped" for p in problems]
