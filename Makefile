@@ -10,7 +10,7 @@ VENV   ?= $(CACHE)/venv-$(REQS)
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.loopwright-installed
 
-.PHONY: setup test unit e2e demo bench validate clean
+.PHONY: setup lint test unit e2e demo bench validate clean
 
 setup: $(STAMP)
 
@@ -19,8 +19,13 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements-dev.txt
 	touch $(STAMP)
 
-# The whole suite: unit, property, concurrency, fault and real-CLI end-to-end tests.
-test: setup
+# ruff's lint and its format check (line length and rules in pyproject.toml).
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+# The whole suite: lint, then unit, property, concurrency, fault and real-CLI end-to-end tests.
+test: lint
 	$(PY) tests/claude_cli.py install
 	$(PY) -m pytest -q
 

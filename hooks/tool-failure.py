@@ -1,8 +1,9 @@
 """PostToolUseFailure hook: auto-backprop for failing test runs (see lib/loopwright/entry.py)."""
+
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
-from loopwright.entry import tool_failure  # noqa: E402
+from loopwright.events.entry import tool_failure  # noqa: E402
 
 sys.exit(tool_failure())

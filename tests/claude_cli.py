@@ -33,9 +33,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 CLAUDE_CODE_VERSION = "2.1.197"
 NPM_PACKAGE = "@anthropic-ai/claude-code"
@@ -47,7 +48,19 @@ CACHE_DIR = Path(os.environ.get("LOOPWRIGHT_CLAUDE_CACHE") or Path.home() / ".ca
 
 # Variables copied from the calling environment; everything else (notably
 # any CLAUDE*/ANTHROPIC* variable of an enclosing Claude Code session) is not.
-_INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ", "USER", "LOGNAME", "SHELL")
+_INHERITED_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "XDG_CONFIG_HOME",
+)  # where loopwright keeps the key that signs loops
 
 
 # --------------------------------------------------------------------------
@@ -112,7 +125,9 @@ def claude_binary(version: str = CLAUDE_CODE_VERSION) -> str:
                 timeout=900,
             )
             if proc.returncode != 0:
-                raise RuntimeError(f"npm install {NPM_PACKAGE}@{version} failed:\n{proc.stdout}\n{proc.stderr}")
+                raise RuntimeError(
+                    f"npm install {NPM_PACKAGE}@{version} failed:\n{proc.stdout}\n{proc.stderr}"
+                )
             if not _version_ok(_bin_path(tmp), version):
                 raise RuntimeError(f"installed {NPM_PACKAGE}@{version} does not report version {version}")
             os.chmod(tmp, 0o755)  # mkdtemp creates it 0700
@@ -134,7 +149,9 @@ def _base_env() -> dict[str, str]:
     return {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
 
 
-def offline_env(server_url: str, home: str | os.PathLike[str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def offline_env(
+    server_url: str, home: str | os.PathLike[str], extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment ``run_claude`` gives the CLI."""
     env = _base_env()
     env.update(
@@ -334,7 +351,8 @@ def run_claude(
             os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         raise ClaudeTimeout(
-            f"claude -p timed out after {timeout}s\n--- stderr ---\n{stderr[-4000:]}\n--- stdout ---\n{stdout[-4000:]}"
+            f"claude -p timed out after {timeout}s\n--- stderr ---\n{stderr[-4000:]}\n--- stdout "
+            f"---\n{stdout[-4000:]}"
         ) from None
     duration = time.monotonic() - start
 
@@ -365,7 +383,12 @@ def validate_plugin(plugin_dir: str | os.PathLike[str]) -> subprocess.CompletedP
             capture_output=True,
             text=True,
             timeout=120,
-            env={**_base_env(), "HOME": home, "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
+            env={
+                **_base_env(),
+                "HOME": home,
+                "DISABLE_AUTOUPDATER": "1",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            },
         )
 
 

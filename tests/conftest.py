@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +19,16 @@ LIB = REPO / "lib"
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(LIB))
 
+from hypothesis import settings  # noqa: E402
+
 import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
-from hypothesis import settings  # noqa: E402
+
+# The per-user key that signs loops (loopwright/trust.py) lives under
+# $XDG_CONFIG_HOME: one scratch directory for the whole run, shared by in-process
+# calls, CLI subprocesses and the real Claude Code CLI, never the developer's own.
+KEY_HOME = tempfile.mkdtemp(prefix="lw-test-config-")
+os.environ["XDG_CONFIG_HOME"] = KEY_HOME
 
 # No example database in the checkout: it may be added as a marketplace, copied whole.
 settings.register_profile("loopwright", database=None)
@@ -51,6 +59,9 @@ def lw_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "LOOPWRIGHT"))}
     env["LOOPWRIGHT_PYTHON"] = sys.executable
     env["PATH"] = f"{REPO / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    # Hand-made Stop events name transcripts that never get their turn's message: no
+    # waiting for it (tests of the wait set their own limit).
+    env["LOOPWRIGHT_CATCH_UP_SECONDS"] = "0"
     env.update(extra)
     return env
 
@@ -63,15 +74,24 @@ class Claude:
     home: Path
 
     def run(self, prompt: str, replies, *, env: dict | None = None, timeout: float = 180, **kw):
-        server = replies if isinstance(replies, fakeapi.ScriptedServer) else fakeapi.ScriptedServer(list(replies))
+        server = (
+            replies if isinstance(replies, fakeapi.ScriptedServer) else fakeapi.ScriptedServer(list(replies))
+        )
         own = not isinstance(replies, fakeapi.ScriptedServer)
         if own:
             server.start()
         try:
-            base = {"LOOPWRIGHT_PYTHON": sys.executable}
+            base = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME}
             base.update(env or {})
             res = claude_cli.run_claude(
-                prompt, cwd=self.project, plugin_dir=REPO, server=server, home=self.home, env=base, timeout=timeout, **kw
+                prompt,
+                cwd=self.project,
+                plugin_dir=REPO,
+                server=server,
+                home=self.home,
+                env=base,
+                timeout=timeout,
+                **kw,
             )
         finally:
             if own:
@@ -82,7 +102,10 @@ class Claude:
     def loops(self) -> dict:
         out = subprocess.run(
             [str(REPO / "bin" / "loopwright"), "-C", str(self.project), "status", "--json"],
-            capture_output=True, text=True, env=lw_env(), timeout=60,
+            capture_output=True,
+            text=True,
+            env=lw_env(),
+            timeout=60,
         )
         assert out.returncode == 0, out.stderr
         return {lp["name"]: lp for lp in json.loads(out.stdout)["loops"]}

@@ -39,7 +39,9 @@ def main() -> int:
         fakeapi.text("Wrote note 1; two to go."),
         fakeapi.bash("echo '2. second note' >> notes.md", text="Iteration 2: writing the second note."),
         fakeapi.text("Wrote note 2; one to go."),
-        fakeapi.bash("echo '3. third note' >> notes.md && wc -l notes.md", text="Iteration 3: the last note."),
+        fakeapi.bash(
+            "echo '3. third note' >> notes.md && wc -l notes.md", text="Iteration 3: the last note."
+        ),
         fakeapi.text("notes.md now holds all three notes.\n<promise>DONE</promise>"),
     ]
     print(f"demo project: {project}\n")
@@ -47,8 +49,12 @@ def main() -> int:
     with fakeapi.ScriptedServer(script) as server:
         res = claude_cli.run_claude(
             f'/loopwright:loop "{GOAL}" --max-iterations 5 --completion-promise DONE',
-            cwd=project, plugin_dir=REPO, server=server, home=home,
-            env={"LOOPWRIGHT_PYTHON": sys.executable}, timeout=300,
+            cwd=project,
+            plugin_dir=REPO,
+            server=server,
+            home=home,
+            env={"LOOPWRIGHT_PYTHON": sys.executable},
+            timeout=300,
         )
         requests = server.conversation_requests
     if res.returncode != 0:
@@ -72,8 +78,12 @@ def main() -> int:
             print(f"Stop hook: {msg}")
     print("\nnotes.md:")
     print(textwrap.indent((project / "notes.md").read_text(), "    "))
-    status = subprocess.run([str(REPO / "bin" / "loopwright"), "-C", str(project), "status"],
-                            capture_output=True, text=True, env={**os.environ, "LOOPWRIGHT_PYTHON": sys.executable})
+    status = subprocess.run(
+        [str(REPO / "bin" / "loopwright"), "-C", str(project), "status"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LOOPWRIGHT_PYTHON": sys.executable},
+    )
     print("$ loopwright status")
     print(textwrap.indent(status.stdout, "    "))
     report = project / ".loopwright" / "loops" / "prompt" / "report.md"

@@ -76,10 +76,17 @@ def ok(res) -> None:
     assert not res.server.exhausted_requests, "the scripted conversation ran out:\n" + res.describe()
 
 
-def loopwright(project: Path, *args: str, session: str | None = None, **env: str) -> subprocess.CompletedProcess:
+def loopwright(
+    project: Path, *args: str, session: str | None = None, **env: str
+) -> subprocess.CompletedProcess:
     """bin/loopwright in ``project``, as a shell in it would run it."""
     extra = dict(env)
     if session:
         extra["CLAUDE_CODE_SESSION_ID"] = session
-    return subprocess.run([str(REPO / "bin" / "loopwright"), "-C", str(project), *args], capture_output=True,
-                          text=True, env=lw_env(**extra), timeout=60)
+    return subprocess.run(
+        [str(REPO / "bin" / "loopwright"), "-C", str(project), *args],
+        capture_output=True,
+        text=True,
+        env=lw_env(**extra),
+        timeout=60,
+    )

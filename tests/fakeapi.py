@@ -75,9 +75,10 @@ import json
 import sys
 import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Union
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -197,7 +198,7 @@ def error(status: int = 529, error_type: str = "overloaded_error", message: str 
 ReplyLike = Union[Reply, str, Callable[["Request"], Union[Reply, str]]]
 
 
-def _as_reply(item: ReplyLike, request: "Request") -> Reply:
+def _as_reply(item: ReplyLike, request: Request) -> Reply:
     if callable(item) and not isinstance(item, Reply):
         item = item(request)
     if isinstance(item, str):
@@ -381,7 +382,7 @@ class ScriptedServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "ScriptedServer":
+    def start(self) -> ScriptedServer:
         server = self
 
         class Handler(_Handler):
@@ -401,7 +402,7 @@ class ScriptedServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -444,12 +445,20 @@ class ScriptedServer:
             if block["type"] == "text":
                 yield _sse(
                     "content_block_start",
-                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {"type": "text", "text": ""},
+                    },
                 )
                 for piece in _chunks(block["text"]):
                     yield _sse(
                         "content_block_delta",
-                        {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "text_delta", "text": piece},
+                        },
                     )
             elif block["type"] == "tool_use":
                 yield _sse(
@@ -457,7 +466,12 @@ class ScriptedServer:
                     {
                         "type": "content_block_start",
                         "index": index,
-                        "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
+                        "content_block": {
+                            "type": "tool_use",
+                            "id": block["id"],
+                            "name": block["name"],
+                            "input": {},
+                        },
                     },
                 )
                 for piece in _chunks(json.dumps(block["input"])):
@@ -551,7 +565,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path != "/v1/messages" or not isinstance(body, dict):
             self._unknown(
-                req, 404, {"type": "error", "error": {"type": "not_found_error", "message": f"fakeapi: {path}"}}
+                req,
+                404,
+                {"type": "error", "error": {"type": "not_found_error", "message": f"fakeapi: {path}"}},
             )
             return
         req.is_helper = not body.get("tools")
@@ -580,4 +596,3 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
-

@@ -1,3 +1,3 @@
-from loopwright.cli import run
+from loopwright.cli.main import run
 
 run()

@@ -1,0 +1,1 @@
+"""The `loopwright` command line: click groups over the actions."""

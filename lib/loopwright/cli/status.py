@@ -1,0 +1,218 @@
+"""Where loops stand: `status`, `history` and the status-line command."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from loopwright.actions import control
+from loopwright.cli.base import Ctx, echo, echo_json, env_session
+from loopwright.core import router
+from loopwright.core.errors import UnsafePath
+from loopwright.state import lock as locks
+from loopwright.state import loops, store
+
+
+def _mode_fields(cfg: dict) -> dict:
+    """The mode's own loop.json keys (a task loop's module, ...) and its status words."""
+    from loopwright import modes
+
+    try:
+        mode = modes.get(cfg.get("mode"))
+    except modes.UnknownMode:
+        return {"mode_status": []}
+    return {**{k: cfg.get(k) for k in mode.config_fields}, "mode_status": mode.status_parts(cfg, {})}
+
+
+def loop_summary(paths: loops.LoopPaths) -> dict:
+    """One loop for `status`. Read-only: a damaged or untrusted loop is described, never changed."""
+    try:
+        cfg = loops.load_config(paths, move_corrupt=False)
+        if cfg is None:
+            raise loops.LoopError("it has no loop.json")
+        paths.configured(cfg)
+    except loops.UntrustedLoop as exc:
+        return {"name": paths.name, "status": "untrusted", "problem": exc.why, "trusted": False}
+    except (loops.LoopError, store.CorruptFile, UnsafePath) as exc:
+        return {"name": paths.name, "status": "damaged", "problem": str(exc), "trusted": True}
+    problem = None
+    try:
+        budget = loops.read_state(paths, "budget", move_corrupt=False) or {}
+    except (store.CorruptFile, UnsafePath) as exc:
+        budget, problem = {}, str(exc)
+    used = int(budget.get("iterations_used", 0))
+    active = cfg.get("status") == loops.ACTIVE
+    r = budget.get("router") or {}
+    return {
+        "name": cfg.get("name", paths.name),
+        "mode": cfg.get("mode"),
+        "status": loops.ACTIVE if active else loops.ENDED,
+        "outcome": cfg.get("outcome"),
+        "iteration": used + 1 if active else used,
+        "max_iterations": budget.get("max_iterations", cfg.get("max_iterations")),
+        "owner_session": cfg.get("owner_session"),
+        "started_at": cfg.get("started_at"),
+        "ended_at": cfg.get("ended_at"),
+        "last_reason": cfg.get("end_reason") if not active else r.get("last_reason"),
+        "minutes_elapsed": budget.get("minutes_elapsed", 0.0),
+        "max_minutes": budget.get("max_minutes", cfg.get("max_minutes")),
+        "tokens_in": budget.get("tokens_in", 0),
+        "tokens_out": budget.get("tokens_out", 0),
+        "max_tokens": budget.get("max_tokens", cfg.get("max_tokens")),
+        "dollars_estimate": budget.get("dollars_estimate", 0.0),
+        "max_dollars": budget.get("max_dollars", cfg.get("max_dollars")),
+        "rate_table_source": budget.get("rate_table_source"),
+        "unknown_models": budget.get("unknown_models") or [],
+        "prs_touched": budget.get("prs_touched") or [],
+        "max_prs": budget.get("max_prs", cfg.get("max_prs")),
+        "pending_gates": [g["name"] for g in budget.get("pending_gates") or [] if not g.get("answer")],
+        "gates": budget.get("gates_log") or [],
+        "pauses": r.get("pauses") or [],
+        "paused": active and r.get("last_action") == router.PAUSE,
+        "paused_at": r.get("paused_at") if active and r.get("last_action") == router.PAUSE else None,
+        "prompt": cfg.get("prompt"),
+        **_mode_fields(cfg),
+        "report": str(paths.report) if paths.report.exists() else None,
+        "trusted": True,
+        "problem": problem,
+    }
+
+
+def _spend_line(s: dict) -> str:
+    parts = [
+        f"time {s['minutes_elapsed']:.1f}/{s['max_minutes']:g} min",
+        f"tokens {s['tokens_in'] + s['tokens_out']}" + (f"/{s['max_tokens']}" if s["max_tokens"] else ""),
+        f"spend ${s['dollars_estimate']:,.2f}"
+        + (f"/${float(s['max_dollars']):,.2f}" if s["max_dollars"] else " (no limit)"),
+    ]
+    if s["max_prs"] or s["prs_touched"]:
+        parts.append(f"PRs {len(s['prs_touched'])}" + (f"/{s['max_prs']}" if s["max_prs"] else ""))
+    return " · ".join(parts)
+
+
+def _lock_line(paths: loops.LoopPaths) -> str:
+    try:
+        lk = loops.read_state(paths, "lock", move_corrupt=False)
+    except store.CorruptFile as exc:
+        return f"lock: {exc}"
+    if not lk:
+        return "lock: free"
+    state = "stale" if locks.is_stale(lk, time.time()) else "alive"
+    return f"lock: {locks.describe(lk)}: {state}"
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def status(obj: Ctx, name: str | None, as_json: bool) -> None:
+    """Where every loop of this project stands (or just loop NAME)."""
+    state = obj.state
+    names = [loops.validate_name(name)] if name else loops.loop_names(state)
+    if name and not loops.LoopPaths(state, name).dir.is_dir():
+        raise loops.LoopError(f"no loop named {name} in {state}")
+    summaries = [loop_summary(loops.LoopPaths(state, n)) for n in names]
+    problems = [f"{s['name']}: {s['problem']}" for s in summaries if s.get("problem")]
+    if as_json:
+        echo_json({"loops": summaries, "problems": problems}, indent=True)
+        return
+    if not summaries:
+        echo(f'No loops in {state.parent}. Start one with /loopwright:loop "<goal>" in Claude Code.')
+        return
+    for s in summaries:
+        _print_summary(state, s)
+
+
+def _print_summary(state: Path, s: dict) -> None:
+    paths = loops.LoopPaths(state, s["name"])
+    if s["status"] == "untrusted":
+        echo(f"{s['name']}: UNTRUSTED: not created by your loopwright in this project ({s['problem']}).")
+        echo(
+            f"  loopwright never runs it. See its goal and commands, and take it over if you mean to, with "
+            f"`loopwright adopt {s['name']}`; or remove it with `loopwright teardown {s['name']} --force`."
+        )
+        return
+    if s["status"] == "damaged":
+        echo(f"{s['name']}: DAMAGED: {s['problem']}")
+        echo(f"  inspect the files in {paths.dir}; `loopwright teardown {s['name']} --force` removes it")
+        return
+    if s["status"] == loops.ACTIVE:
+        what = " · ".join([f"{s['mode']} mode", *s.get("mode_status", [])])
+        echo(f"{s['name']}: active ({what}), iteration {s['iteration']}/{s['max_iterations']}")
+        echo(
+            "  owner session: "
+            + (s["owner_session"] or f"none yet: attach it with /loopwright:resume {s['name']}")
+        )
+        echo(f"  {_lock_line(paths)}")
+        if s["paused"]:
+            echo(
+                f"  PAUSED since {s['paused_at']}: {s['last_reason']};"
+                " send any message in that session, or /loopwright:resume"
+            )
+        if s["pending_gates"]:
+            echo(
+                f"  waiting for the user's answer to gate(s): {', '.join(s['pending_gates'])} "
+                "(/loopwright:answer <gate> <option>)"
+            )
+    else:
+        echo(f"{s['name']}: ended {s['outcome']} after {s['iteration']}/{s['max_iterations']} iterations")
+    if s.get("problem"):
+        echo(f"  DAMAGED: {s['problem']}; the loop stops at its next Stop")
+    echo("  " + _spend_line(s))
+    if s["last_reason"] and not s["paused"]:
+        echo(f"  last decision: {s['last_reason']}")
+    for p in s["pauses"]:
+        what = {
+            "block-cap": "Claude Code's block cap ended the turn",
+            "gate": "it waited for a gate answer",
+        }.get(p["why"], "the session stopped (interrupt)")
+        echo(f"  paused after iteration {p['after_iteration']}: {what}; resumed {p['resumed_at']}")
+    for g in s["gates"]:
+        echo(f"  gate {g['name']} (iteration {g.get('iteration')}): {g['answer']} ({g.get('by')})")
+    if s["unknown_models"]:
+        echo(
+            f"  models without a known price (charged at the highest rate): {', '.join(s['unknown_models'])}"
+        )
+    if s["report"]:
+        echo(f"  report: {s['report']}")
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per iteration.")
+@click.option("--last", type=int, help="Only the last N iterations.")
+@click.pass_obj
+def history(obj: Ctx, name, as_json, last) -> None:
+    """One row per iteration: outcome, tokens, dollars, gates."""
+    paths = control.pick_loop(obj.state, name, env_session(), active_only=False)
+    records, problems = store.read_jsonl(paths.history)
+    if last:
+        records = records[-last:]
+    if as_json:
+        for r in records:
+            echo_json(r)
+    else:
+        echo(f"{'iter':>4}  {'outcome':<26}{'tokens in':>10}{'out':>8}{'dollars':>10}  gates")
+        for r in records:
+            gates_text = "; ".join(f"{g['name']}={g.get('answer')}" for g in r.get("gates") or [])
+            echo(
+                f"{r.get('iteration', '?'):>4}  {str(r.get('outcome')):<26}"
+                f"{r.get('tokens_in_this_iter', 0):>10}"
+                f"{r.get('tokens_out_this_iter', 0):>8}{r.get('dollars_this_iter', 0.0):>10.4f}  {gates_text}"
+            )
+    for p in problems:
+        echo(f"problem: {p}", err=True)
+
+
+@click.command()
+def statusline() -> None:
+    """One line for Claude Code's status line (reads its JSON on stdin; prints nothing when no loop)."""
+    from loopwright.events.entry import statusline as line
+
+    sys.exit(line())
+
+
+COMMANDS = (status, history, statusline)

@@ -1,0 +1,112 @@
+"""The interface every loop mode implements, and the values it trades with the engine.
+
+A mode is a folder under ``modes/`` exposing one object that satisfies ``Mode``; the
+registry (``loopwright.modes``) finds it by name. The engine, the hooks and the CLI
+look a mode up and call it; they never compare a mode's name. Everything here is
+pure data: ``observe`` and ``end`` are the only methods that may touch the disk.
+"""
+
+from __future__ import annotations
+
+# The budget dimensions a loop can have a ceiling on (core.budget names them the same).
+DIMENSIONS = ("iterations", "minutes", "tokens", "dollars", "prs")
+
+
+class Tick:
+    """What the engine tells a mode about the Stop being decided."""
+
+    __slots__ = ("iteration", "stamp", "compacted", "cancelled")
+
+    def __init__(self, iteration: int, stamp: str, compacted: bool = False, cancelled: bool = False):
+        self.iteration, self.stamp, self.compacted, self.cancelled = iteration, stamp, compacted, cancelled
+
+
+class Step:
+    """A mode's part of one decision.
+
+    ``outcome`` ends the loop (a terminal outcome, SPEC §4.11) unless something that
+    outranks it (a gate answered stop) already did. ``state`` replaces the mode's
+    persisted state; ``handover`` is merged into it only when a next prompt is handed
+    over (a paused loop has not asked for anything yet). ``completion`` says whether the
+    completion sentinel may end the loop at this Stop. ``reason`` explains a continue as
+    well as an end. ``notes`` open the next prompt; ``journal`` entries are recorded."""
+
+    __slots__ = ("outcome", "reason", "state", "handover", "completion", "notes", "journal")
+
+    def __init__(
+        self,
+        *,
+        outcome: str | None = None,
+        reason: str = "",
+        state: dict | None = None,
+        handover: dict | None = None,
+        completion: bool = True,
+        notes: list[str] | None = None,
+        journal: list[dict] | None = None,
+    ):
+        self.outcome, self.reason, self.state, self.handover = outcome, reason, state, handover
+        self.completion = completion
+        self.notes = list(notes or [])
+        self.journal = list(journal or [])
+
+
+class PromptParts:
+    """The pieces of the next prompt the engine builds; the mode arranges them around its own text."""
+
+    __slots__ = ("status", "pressure", "notes", "gates", "tasks")
+
+    def __init__(
+        self,
+        status: str,
+        notes: list[str],
+        gates: str | None = None,
+        tasks: str = "",
+        pressure: str | None = None,
+    ):
+        self.status, self.notes, self.gates, self.tasks, self.pressure = status, notes, gates, tasks, pressure
+
+
+class Mode:
+    """One kind of loop (SPEC §8). A mode subclasses this and overrides what it needs;
+    the defaults describe a mode with no state, files or extra text of its own.
+    (A plain class rather than typing.Protocol: importing typing would cost every Stop.)"""
+
+    name = ""
+    summary = ""  # one line for help and status
+    defaults: dict = {}  # start options a request leaves out: max_iterations, max_minutes, ...
+    counted: tuple = DIMENSIONS  # the DIMENSIONS whose ceilings stop this mode's loops
+    config_fields: dict = {}  # schema specs of the mode's own keys in loop.json
+    state_spec = None  # schema spec of the mode's persisted state (budget.json "mode_state")
+
+    def begin(self, config: dict, project: str, stamp: str) -> dict | None:
+        """Check a start request's mode settings (``config`` holds the mode's keys and the
+        requested ``mode_state``) at time ``stamp``; the mode's initial state. Raises
+        LoopError with a one-line reason."""
+        return None
+
+    def first_prompt(self, loop: dict, state: dict | None) -> str:
+        """What the agent reads in the turn that starts the loop (pure)."""
+        raise NotImplementedError
+
+    def observe(self, loop: dict):
+        """What this mode needs to see at a Stop, read from disk (None when nothing)."""
+        return None
+
+    def step(self, state: dict | None, observation, tick: Tick) -> Step:
+        """This mode's part of the decision (pure)."""
+        return Step(state=state)
+
+    def prompt(self, loop: dict, state: dict | None, parts: PromptParts, tick: Tick) -> str:
+        """The next prompt, from the engine's parts and the mode's own text (pure)."""
+        raise NotImplementedError
+
+    def status_parts(self, loop: dict, budget: dict) -> list:
+        """Extra fields for the status block and line, e.g. a task loop's module (pure)."""
+        return []
+
+    def outcome_text(self, loop: dict, outcome: str) -> str | None:
+        """Why the loop ended, in this mode's words; None leaves it to the engine (pure)."""
+        return None
+
+    def end(self, loop: dict, outcome: str) -> None:
+        """Clean up the mode's transient files once the loop has ended."""

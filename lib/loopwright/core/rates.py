@@ -1,0 +1,100 @@
+"""Dollar cost from token usage: the per-model rate table and how model names match it.
+
+Rates are US dollars per million tokens for input, output, cache writes and cache
+reads. A model name matches the table entry that is the longest prefix of its
+normalised name (lower case; a trailing ``-YYYYMMDD`` date, ``-latest`` or a
+``[1m]``-style context tag removed), so ``claude-sonnet-4-5-20250929`` prices as
+``claude-sonnet-4-5``. A model with no match is reported, and priced at the
+highest rate in the table, so that an unknown model can never make a dollar
+ceiling look further away than it is.
+"""
+
+from __future__ import annotations
+
+import re
+
+from loopwright.core.record import REQUIRED, Record
+
+FIELDS = ("input", "output", "cache_write", "cache_read")
+USAGE_TO_RATE = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cache_creation_input_tokens": "cache_write",
+    "cache_read_input_tokens": "cache_read",
+}
+
+BUILT_IN_SOURCE = "built-in default"
+CLAUDE_MD_SOURCE = "CLAUDE.md Loop Cost Rates"
+
+# Published list prices (USD per million tokens; cache writes at the 5-minute rate).
+BUILT_IN: dict[str, dict[str, float]] = {
+    "claude-opus-4-5": {"input": 5.0, "output": 25.0, "cache_write": 6.25, "cache_read": 0.50},
+    "claude-opus-4-1": {"input": 15.0, "output": 75.0, "cache_write": 18.75, "cache_read": 1.50},
+    "claude-opus-4": {"input": 15.0, "output": 75.0, "cache_write": 18.75, "cache_read": 1.50},
+    "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.30},
+    "claude-sonnet-4": {"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.30},
+    "claude-3-7-sonnet": {"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.30},
+    "claude-3-5-sonnet": {"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.30},
+    "claude-haiku-4-5": {"input": 1.0, "output": 5.0, "cache_write": 1.25, "cache_read": 0.10},
+    "claude-3-5-haiku": {"input": 0.80, "output": 4.0, "cache_write": 1.0, "cache_read": 0.08},
+    "claude-3-opus": {"input": 15.0, "output": 75.0, "cache_write": 18.75, "cache_read": 1.50},
+    "claude-3-haiku": {"input": 0.25, "output": 1.25, "cache_write": 0.30, "cache_read": 0.03},
+}
+
+_SUFFIX = re.compile(r"(\[[^\]]*\])$|(-\d{8})$|(-latest)$")
+
+
+def normalise_model(name: str) -> str:
+    name = name.strip().lower()
+    while True:
+        stripped = _SUFFIX.sub("", name)
+        if stripped == name:
+            return name
+        name = stripped
+
+
+class RateTable(Record):
+    FIELDS = (
+        ("rates", REQUIRED),
+        ("source", REQUIRED),
+    )
+
+    rates: dict[str, dict[str, float]]
+    source: str
+
+    def match(self, model: str) -> str | None:
+        norm = normalise_model(model)
+        best = None
+        for key in self.rates:
+            k = normalise_model(key)
+            if (norm == k or norm.startswith((k + "-", k + "@"))) and (
+                best is None or len(k) > len(normalise_model(best))
+            ):
+                best = key
+        return best
+
+    def highest(self) -> dict[str, float]:
+        return {f: max(r[f] for r in self.rates.values()) for f in FIELDS}
+
+    def cost(self, tokens_by_model: dict[str, dict[str, int]]) -> tuple[float, list[str]]:
+        """Dollars for cumulative usage per model, and the models that matched no entry."""
+        total, unknown = 0.0, []
+        for model, usage in tokens_by_model.items():
+            key = self.match(model)
+            if key is None:
+                unknown.append(model)
+                rate = self.highest()
+            else:
+                rate = self.rates[key]
+            for ufield, rfield in USAGE_TO_RATE.items():
+                total += usage.get(ufield, 0) * rate[rfield] / 1_000_000
+        return total, sorted(unknown)
+
+
+def table(overrides: dict[str, dict[str, float]] | None) -> RateTable:
+    """The built-in table with a project's CLAUDE.md rows laid over it."""
+    if not overrides:
+        return RateTable(dict(BUILT_IN), BUILT_IN_SOURCE)
+    merged = dict(BUILT_IN)
+    merged.update(overrides)
+    return RateTable(merged, CLAUDE_MD_SOURCE)

@@ -1,0 +1,169 @@
+"""Blocks a project declares in its CLAUDE.md for loopwright.
+
+``### Loop Cost Rates`` overrides the built-in price table, a Markdown table of
+US dollars per million tokens (columns in this order; a header row and a
+separator row are expected)::
+
+    ### Loop Cost Rates
+    | model | input | output | cache_write | cache_read |
+    |---|---|---|---|---|
+    | claude-sonnet-4-5 | 3.00 | 15.00 | 3.75 | 0.30 |
+
+``### Loop Logging`` lists redaction patterns (Python regular expressions, one
+per list item, in backticks); every match is replaced by ``[REDACTED]`` in
+history, journal and report text before it is written::
+
+    ### Loop Logging
+    - redact: `sk-ant-[A-Za-z0-9_-]+`
+    - redact: `(?i)password=\\S+`
+
+A block ends at the next heading. Lines that do not fit are reported with their
+line number and skipped; the rest of the block still applies.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from loopwright.core.rates import FIELDS
+from loopwright.core.record import Record
+
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_REDACT = re.compile(r"^\s*[-*]\s*redact:\s*`(.+)`\s*$")
+
+
+class ProjectRules(Record):
+    FIELDS = (
+        ("rates", {}),
+        ("redactions", []),
+        ("problems", []),
+        ("path", None),
+    )
+
+    rates: dict[str, dict[str, float]]
+    redactions: list[re.Pattern]
+    problems: list[str]
+    path: Path | None
+
+
+def claude_md_path(project: Path) -> Path | None:
+    for candidate in (project / "CLAUDE.md", project / ".claude" / "CLAUDE.md"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _blocks(text: str) -> dict[str, list[tuple[int, str]]]:
+    """Lines under each heading title (lower case), with their line numbers."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    current: list[tuple[int, str]] | None = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _HEADING.match(line)
+        if m:
+            title = m.group(2).strip().lower()
+            current = out.setdefault(title, []) if title in ("loop cost rates", "loop logging") else None
+            continue
+        if current is not None:
+            current.append((lineno, line))
+    return out
+
+
+def _parse_rates(lines: list[tuple[int, str]], name: str, rules: ProjectRules) -> None:
+    rows = [(n, ln) for n, ln in lines if ln.strip().startswith("|")]
+    for n, ln in rows:
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if not cells or set("".join(cells)) <= set("-: "):
+            continue  # separator row
+        if cells[0].lower() in ("model", "models"):
+            continue  # header row
+        if len(cells) != 1 + len(FIELDS):
+            rules.problems.append(
+                f"{name}:{n}: a Loop Cost Rates row needs {1 + len(FIELDS)} cells (model, "
+                f"{', '.join(FIELDS)}); skipped"
+            )
+            continue
+        try:
+            values = [float(c.lstrip("$")) for c in cells[1:]]
+        except ValueError:
+            rules.problems.append(f"{name}:{n}: rates must be numbers (dollars per million tokens); skipped")
+            continue
+        if any(v < 0 for v in values):
+            rules.problems.append(f"{name}:{n}: rates must not be negative; skipped")
+            continue
+        rules.rates[cells[0]] = dict(zip(FIELDS, values))
+
+
+def _parse_logging(lines: list[tuple[int, str]], name: str, rules: ProjectRules) -> None:
+    for n, ln in lines:
+        if not ln.strip():
+            continue
+        m = _REDACT.match(ln)
+        if not m:
+            if "redact" in ln.lower():
+                rules.problems.append(
+                    f"{name}:{n}: write redaction patterns as '- redact: `PATTERN`'; skipped"
+                )
+            continue
+        try:
+            rules.redactions.append(re.compile(m.group(1)))
+        except re.error as exc:
+            rules.problems.append(f"{name}:{n}: bad redaction pattern ({exc}); skipped")
+
+
+MAX_BYTES = 1024 * 1024
+
+
+def _read_bounded(path: Path, project: Path) -> str | None:
+    """CLAUDE.md's text: a regular file inside the project (a symlink to AGENTS.md is
+    fine, one that leads outside the project or to a device is not), at most 1 MiB."""
+    import os
+    import stat
+
+    real = os.path.realpath(path)
+    root = os.path.realpath(project)
+    if not real.startswith(root + os.sep):
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, MAX_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def load(project: Path) -> ProjectRules:
+    path = claude_md_path(project)
+    rules = ProjectRules(path=path)
+    if path is None:
+        return rules
+    text = _read_bounded(path, Path(project))
+    if text is None:
+        return rules
+    blocks = _blocks(text)
+    if "loop cost rates" in blocks:
+        _parse_rates(blocks["loop cost rates"], path.name, rules)
+    if "loop logging" in blocks:
+        _parse_logging(blocks["loop logging"], path.name, rules)
+    return rules
+
+
+def redact(value: object, patterns: list[re.Pattern]) -> object:
+    """``value`` with every string inside it redacted (dicts and lists walked)."""
+    if not patterns:
+        return value
+    if isinstance(value, str):
+        for p in patterns:
+            value = p.sub("[REDACTED]", value)
+        return value
+    if isinstance(value, dict):
+        return {k: redact(v, patterns) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, patterns) for v in value]
+    return value

@@ -1,0 +1,441 @@
+"""The on-disk shape of loops: where each file lives, loop.json, active markers.
+
+``.loopwright/active/<name>`` exists exactly while loop ``<name>`` is active, so
+the Stop hook's launcher can tell "nothing to do" with one directory listing,
+before any Python starts. The marker is created before loop.json says active
+and removed after it says ended: a crash in between leaves a marker that points
+at nothing active, which costs one Python start and is then cleaned up.
+
+``.loopwright/owners/<name>=<session>`` (``<name>=`` while nobody owns it) says
+which session owns active loop ``<name>``, so the launcher can also pass another
+session's Stop through without Python (see ``save_config`` and hooks/stop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from pathlib import Path
+
+from loopwright.core import schema
+from loopwright.core.errors import LoopError, UnsafePath, UserError
+from loopwright.state import store, trust
+from loopwright.state.project import LOOP_NAME_RE
+
+NAME_RE = LOOP_NAME_RE
+
+ACTIVE, ENDED = "active", "ended"
+
+# Ceilings a start request leaves out and its mode does not set.
+DEFAULT_MAX_ITERATIONS = 20
+DEFAULT_MAX_MINUTES = 60.0
+DEFAULT_MAX_DOLLARS = 25.0
+
+
+class UntrustedLoop(LoopError):
+    """A loop this user's loopwright did not create here: never acted on."""
+
+    def __init__(self, name: str, why: str):
+        self.name, self.why = name, why
+        super().__init__(
+            f"loop {name} was not created by your loopwright in this project ({why}); loopwright leaves it "
+            f"alone. See its goal and commands with `loopwright adopt {name}`, or delete it with "
+            f"`loopwright teardown {name} --force`"
+        )
+
+
+class LoopPaths:
+    """Every file of one loop, under ``<state>/loops/<name>/``."""
+
+    def __init__(self, state: Path, name: str):
+        self.state = Path(state)
+        self.name = name
+        self.dir = d = self.state / "loops" / name
+        self.config = d / "loop.json"
+        self.lock = d / "loop.lock"
+        self.budget = d / "budget.json"
+        self.history = d / "history.jsonl"
+        self.journal = d / "journal.jsonl"
+        self.progress = d / "progress.json"
+        self.stop = d / "stop"
+        self.tombstone = d / "cancelled"
+        self.report = d / "report.md"
+        self.mutex = d / ".mutex"
+        self.reports = d / "reports.jsonl"
+        self.tasks = d / "tasks.jsonl"
+        self.backprop_pending = d / "backprop-pending.json"
+        self.backprop_log = d / "backprop-log.md"
+        self.ledger = d / "token-ledger.json"
+        self.marker = self.state / "active" / name
+
+    def configured(self, cfg: dict | None) -> LoopPaths:
+        """These paths with the loop's own overrides applied (``--budget-file``)."""
+        if cfg and cfg.get("budget_file"):
+            from loopwright.state.project import contained
+
+            self.budget = contained(self.state.parent, cfg["budget_file"], "budget_file")
+        return self
+
+
+def validate_name(name: str) -> str:
+    if not NAME_RE.match(name or ""):
+        raise LoopError(
+            f"invalid loop name {name!r}: use 1-64 letters, digits, '-' or '_',"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+def ensure_state_dir(state: Path) -> None:
+    ensure_ignored(state)
+    for sub in ("loops", "active"):
+        try:
+            (state / sub).mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    check_dirs(state)
+
+
+def ensure_ignored(state: Path) -> None:
+    """History and telemetry are secret-class: the directory is private and keeps itself out of git."""
+    try:
+        state.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    check_dirs(state)
+    ignore = state / ".gitignore"
+    if not os.path.lexists(ignore):
+        store.write_text(ignore, "*\n")
+
+
+def _real_dir(path: Path) -> bool:
+    """True for a real directory, False when missing; UnsafePath for a symlink or a file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"{path} is a symlink; loopwright does not follow symlinks in its state (remove it)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(f"{path} is not a directory; remove it")
+    return True
+
+
+def check_dirs(state: Path, name: str | None = None) -> None:
+    """Refuse a symlinked ``.loopwright/``, ``loops/``, ``active/`` or loop directory:
+    following one would read or write outside the project."""
+    if not _real_dir(state):
+        return
+    _real_dir(state / "loops")
+    _real_dir(state / "active")
+    if name is not None:
+        _real_dir(state / "loops" / name)
+
+
+def loop_names(state: Path) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(state / "loops") if e.is_dir() and NAME_RE.match(e.name))
+    except FileNotFoundError:
+        return []
+
+
+def active_names(state: Path) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(state / "active") if NAME_RE.match(e.name))
+    except FileNotFoundError:
+        return []
+
+
+class Found:
+    """One entry of ``active/``: its paths, and its config when it is a trusted active loop."""
+
+    __slots__ = ("paths", "config", "problem")
+
+    def __init__(self, paths: LoopPaths, config: dict | None, problem: UserError | None):
+        self.paths, self.config, self.problem = paths, config, problem
+
+
+def scan_active(state: Path, *, move_corrupt: bool = True) -> list[Found]:
+    """Every loop marked active, trusted or not, with its config or the problem that
+    keeps it from being acted on. Markers of loops that ended (left by a crash
+    between the two writes) are cleared when the loop is ours."""
+    out = []
+    for name in active_names(state):
+        paths = LoopPaths(state, name)
+        try:
+            cfg = load_config(paths, move_corrupt=move_corrupt)
+        except (UntrustedLoop, store.CorruptFile, UnsafePath) as exc:
+            out.append(Found(paths, None, exc))
+            continue
+        if cfg is None or cfg.get("status") != ACTIVE:
+            if move_corrupt and cfg is not None:
+                clear_active(paths)
+            continue
+        if move_corrupt:
+            heal_owner_index(paths, cfg)
+        out.append(Found(paths, cfg, None))
+    return out
+
+
+def mark_active(paths: LoopPaths) -> None:
+    set_owner_index(paths, None)  # until loop.json names the owner, the launcher asks Python
+    paths.marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(str(paths.marker), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+
+
+def clear_active(paths: LoopPaths) -> None:
+    set_owner_index(paths, None)  # first: a marker left alone by a crash means "ask Python"
+    try:
+        paths.marker.unlink()
+    except FileNotFoundError:
+        pass
+
+
+# --- the owner index ----------------------------------------------------------------------
+#
+# hooks/stop passes a Stop through without starting Python when, for every marker in
+# active/, owners/ holds exactly one entry ``<name>=<owner>`` (a regular file; the owner
+# empty or an id of OWNER_ID_RE) and no such owner is the event's session_id. Anything
+# else (no entry, several, a symlink, an odd name) makes it run Python, which decides as
+# it always did. So the index may lag, but it must never show a single entry naming a
+# different owner than the loop.json of an active loop: save_config removes the entries
+# before loop.json changes and writes the new one after. The index is only a hint for
+# skipping work: what is acted on is still decided from the signed loop.json.
+
+OWNERS_DIRNAME = "owners"
+# The session ids the launcher can compare without Python (it extracts the same pattern).
+OWNER_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}\Z")
+
+
+def owner_entry(name: str, cfg: dict | None) -> str | None:
+    """The index entry loop ``name`` should have: ``<name>=<session>``, ``<name>=`` while no
+    session owns it, or None (no entry: the launcher asks Python) when the loop is not
+    active or its owner is not an id the launcher can compare."""
+    if not cfg or cfg.get("status") != ACTIVE:
+        return None
+    owner = cfg.get("owner_session")
+    if owner is None:
+        return f"{name}="
+    if isinstance(owner, str) and OWNER_ID_RE.match(owner):
+        return f"{name}={owner}"
+    return None
+
+
+def _owners_dir(state: Path, create: bool) -> Path | None:
+    """``owners/`` when it is a real directory (made when ``create``), else None: a symlink
+    or a file there is left alone, and the launcher, seeing it, always asks Python."""
+    path = Path(state) / OWNERS_DIRNAME
+    for attempt in (0, 1):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            if not create or attempt:
+                return None
+            try:
+                path.mkdir(mode=0o700)
+            except FileExistsError:
+                pass
+            except OSError:
+                return None
+            continue
+        except OSError:
+            return None
+        return path if stat.S_ISDIR(st.st_mode) else None
+    return None
+
+
+def owner_entries(state: Path, name: str) -> list[str]:
+    """The index entries for loop ``name`` (normally one)."""
+    owners = _owners_dir(state, create=False)
+    if owners is None:
+        return []
+    prefix = name + "="
+    try:
+        return sorted(e for e in os.listdir(owners) if e.startswith(prefix))
+    except OSError:
+        return []
+
+
+def set_owner_index(paths: LoopPaths, entry: str | None) -> None:
+    """Make ``entry`` the only index entry of this loop (no entry when None). Best effort:
+    whatever cannot be removed or created leaves the launcher in doubt, never wrong."""
+    owners = _owners_dir(paths.state, create=entry is not None)
+    if owners is None:
+        return
+    if entry is not None:
+        target = owners / entry
+        for attempt in (0, 1):
+            try:
+                fd = os.open(
+                    str(target),
+                    os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                    0o600,
+                )
+            except OSError:
+                if attempt:
+                    break
+                with contextlib.suppress(OSError):
+                    os.unlink(target)  # a symlink or special file in its place
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    break
+            finally:
+                os.close(fd)
+            break
+    for other in owner_entries(paths.state, paths.name):
+        if other != entry:
+            with contextlib.suppress(OSError):  # a directory planted there stays: doubt, not harm
+                os.unlink(owners / other)
+
+
+def heal_owner_index(paths: LoopPaths, cfg: dict) -> None:
+    """Bring the entry of a trusted active loop up to date when it is missing or stale (a
+    loop started before the index existed, or a crash between the writes): under the
+    loop's mutex, so no owner change runs meanwhile; skipped when someone holds it."""
+    want = owner_entry(paths.name, cfg)
+    if want is None or owner_entries(paths.state, paths.name) == [want]:
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no launcher index
+        return
+    try:
+        fd = store._open_nofollow(paths.mutex, os.O_RDWR | os.O_CREAT)
+    except (OSError, UnsafePath):
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # busy: whoever holds it is changing the loop and writes the entry itself
+        try:
+            current = load_config(paths, move_corrupt=False)
+        except (UntrustedLoop, store.CorruptFile, UnsafePath):
+            return
+        if os.path.lexists(paths.marker):  # not ended meanwhile: then no entry belongs
+            set_owner_index(paths, owner_entry(paths.name, current))
+    finally:
+        os.close(fd)
+
+
+def load_config(paths: LoopPaths, *, move_corrupt: bool = True) -> dict | None:
+    """loop.json, only if this user's loopwright wrote it for this project and name.
+
+    None when there is none. UntrustedLoop when it does not parse or is not signed
+    by this user's key (nothing of such a loop is touched: not even moved aside).
+    CorruptFile when it is ours but has the wrong shape (moved aside).
+    """
+    check_dirs(paths.state, paths.name)
+    try:
+        cfg = store.read_json(paths.config, move_corrupt=False)
+    except store.CorruptFile as exc:
+        raise UntrustedLoop(paths.name, f"loop.json is unreadable: {exc.detail}") from None
+    if cfg is None:
+        return None
+    try:
+        key = trust.load_key()
+    except trust.KeyProblem as exc:
+        raise UntrustedLoop(paths.name, f"your loopwright key is unsafe: {exc}") from None
+    why = trust.verify(cfg, paths.state, paths.name, key)
+    if why:
+        raise UntrustedLoop(paths.name, why)
+    try:
+        schema.check(schema.LOOP, cfg, "loop.json")
+        check_loop_values(paths, cfg)
+    except (schema.SchemaError, UnsafePath) as exc:
+        moved = store.move_aside(paths.config) if move_corrupt else None
+        raise store.CorruptFile(paths.config, moved, f"wrong shape: {exc}") from None
+    return cfg
+
+
+def check_loop_values(paths: LoopPaths, cfg: dict) -> None:
+    """What a type check cannot see: the name matches the directory, the budget file
+    stays inside the project."""
+    if cfg.get("name") != paths.name:
+        raise schema.SchemaError(
+            f"loop.json: name {cfg.get('name')!r} does not match its directory {paths.name!r}"
+        )
+    if cfg.get("budget_file"):
+        from loopwright.state.project import contained
+
+        contained(paths.state.parent, cfg["budget_file"], "budget_file")
+
+
+def read_unverified(paths: LoopPaths) -> dict | None:
+    """loop.json as it is on disk, for showing an untrusted loop to the user (never acted on)."""
+    try:
+        return store.read_json(paths.config, move_corrupt=False)
+    except store.CorruptFile:
+        return None
+
+
+SPECS = {
+    "budget": schema.BUDGET,
+    "lock": schema.LOCK,
+    "progress": schema.PROGRESS,
+    "ledger": schema.LEDGER,
+    "stop": schema.STOP_REQUEST,
+    "backprop_pending": schema.BACKPROP,
+}
+
+
+def read_state(paths: LoopPaths, which: str, *, move_corrupt: bool = True) -> dict | None:
+    """One of the loop's JSON files (``budget``, ``lock``, ``progress``, ``ledger``,
+    ``stop``, ``backprop_pending``), checked against its schema: a file that fails
+    is moved aside (unless ``move_corrupt`` is false) and raised as CorruptFile."""
+    return store.read_json(getattr(paths, which), move_corrupt=move_corrupt, spec=SPECS[which])
+
+
+def save_config(paths: LoopPaths, cfg: dict) -> dict:
+    """Write loop.json signed with this user's key; returns what was written.
+
+    Every change of ``status`` or ``owner_session`` passes here, and the owner index
+    follows: its entries go before loop.json changes, the new one comes after, so the
+    launcher never sees a lone entry that disagrees with loop.json (only none: doubt)."""
+    signed = trust.sign(cfg, paths.state, paths.name)
+    set_owner_index(paths, None)
+    store.write_json(paths.config, signed)
+    set_owner_index(paths, owner_entry(paths.name, signed))
+    return signed
+
+
+def is_cancelled(paths: LoopPaths) -> bool:
+    return paths.tombstone.exists()
+
+
+def allocate_name(state: Path, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``… : never reuse a directory, so an
+    ended loop's files stay for inspection. Call under the state mutex."""
+    existing = set(loop_names(state))
+    if base not in existing:
+        return base
+    n = 2
+    while f"{base}-{n}" in existing:
+        n += 1
+    return f"{base}-{n}"
+
+
+def state_mutex(state: Path):
+    ensure_ignored(state)
+    return store.file_lock(state / ".mutex")
+
+
+@contextlib.contextmanager
+def loop_mutex(paths: LoopPaths):
+    """The loop's mutex. A symlink or special file in its place is moved aside (it holds
+    no data: it only exists to be locked) and a fresh lock file is used."""
+    lock = store.file_lock(paths.mutex)
+    try:
+        lock.__enter__()
+    except UnsafePath:
+        store.move_aside(paths.mutex)
+        lock = store.file_lock(paths.mutex)
+        lock.__enter__()
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)

@@ -1,0 +1,137 @@
+"""Which loops this user's loopwright created: a per-user key signs loop.json.
+
+A project's ``.loopwright/`` is data anyone could have written: a cloned
+repository can ship one, another local user can write one, a hand-made one can
+name any command. loopwright acts only on loops whose ``loop.json`` carries a
+valid HMAC made with a secret that lives outside every project
+(``$XDG_CONFIG_HOME/loopwright/key``, else ``~/.config/loopwright/key``,
+0600 in a 0700 directory). The MAC covers the whole configuration, the
+project's real path and the loop's name, so a signed file copied to another
+project or renamed to another loop no longer verifies.
+
+Standard library only: the Stop hook verifies on every event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+from pathlib import Path
+
+KEY_BYTES = 32
+DOMAIN = b"loopwright-loop-v1\0"
+
+
+class KeyProblem(Exception):
+    """The key file exists but cannot be trusted (wrong owner, mode, or type)."""
+
+
+def key_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "loopwright" / "key"
+
+
+def _read_key(path: Path) -> bytes | None:
+    try:
+        fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise KeyProblem(
+            f"{path} cannot be opened ({exc.strerror}); it must be a regular file, not a symlink"
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyProblem(f"{path} is not a regular file")
+        if st.st_uid != os.getuid():
+            raise KeyProblem(f"{path} belongs to another user")
+        if st.st_mode & 0o077:
+            raise KeyProblem(
+                f"{path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it"
+            )
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    key = data.strip()
+    if len(key) < KEY_BYTES:
+        raise KeyProblem(
+            f"{path} is too short to be a loopwright key; delete it and start a loop to make a new one"
+        )
+    return key
+
+
+def load_key() -> bytes | None:
+    """The key, None when it does not exist yet. Raises KeyProblem when it is unsafe."""
+    return _read_key(key_path())
+
+
+def ensure_key() -> bytes:
+    """The key, made on first use (atomically: concurrent first starts agree on one)."""
+    path = key_path()
+    key = _read_key(path)
+    if key is not None:
+        return key
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".key.tmp-{os.getpid()}")
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, os.urandom(KEY_BYTES).hex().encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)  # fails if another process made the key first: theirs wins
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    key = _read_key(path)
+    if key is None:  # pragma: no cover - deleted between the two calls
+        raise KeyProblem(f"{path} vanished while it was being created")
+    return key
+
+
+def _message(cfg: dict, project: str, name: str) -> bytes:
+    body = {k: v for k, v in cfg.items() if k != "sig"}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return (
+        DOMAIN + project.encode("utf-8", "surrogateescape") + b"\0" + name.encode() + b"\0" + canon.encode()
+    )
+
+
+def real_project(state: Path) -> str:
+    """The project's real path: what a signature is bound to."""
+    return os.path.realpath(Path(state).parent)
+
+
+def signature(key: bytes, cfg: dict, state: Path, name: str) -> str:
+    return hmac.new(key, _message(cfg, real_project(state), name), hashlib.sha256).hexdigest()
+
+
+def sign(cfg: dict, state: Path, name: str) -> dict:
+    """``cfg`` with a fresh ``sig`` (making the key if needed)."""
+    out = dict(cfg)
+    out.pop("sig", None)
+    out["sig"] = signature(ensure_key(), out, state, name)
+    return out
+
+
+def verify(cfg: dict, state: Path, name: str, key: bytes | None) -> str | None:
+    """None when ``cfg`` was signed by this user's loopwright for this project and
+    name; otherwise why not, in a few words."""
+    sig = cfg.get("sig")
+    if not isinstance(sig, str) or not sig:
+        return "it carries no loopwright signature"
+    if key is None:
+        return "no loopwright key exists for this user, so no loop here can be one of yours"
+    try:
+        want = signature(key, cfg, state, name)
+    except (TypeError, ValueError):
+        return "it holds values that cannot be signed"
+    if not hmac.compare_digest(want, sig):
+        return "its signature does not match (written elsewhere, by someone else, or edited by hand)"
+    return None
