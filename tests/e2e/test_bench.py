@@ -18,8 +18,15 @@ def test_stop_hook_costs_stay_flat():
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     med = res["median_ms"]
-    # The launcher decides "no loop" without starting Python: far below an interpreter start.
-    assert res["ratio_to_bare"]["fast path"] <= 1.3, med
+    # The launcher decides "no loop", and "a loop, but not this session's", without starting
+    # Python: far below an interpreter start (margins for a noisy machine; `make bench`
+    # checks the tighter targets).
+    assert res["ratio_to_bare"]["fast path"] <= 0.5, med
+    assert res["ratio_to_bare"]["foreign session"] <= 1.0, med
+    # A prompt loop's Stop loads nothing of task mode and no run-time dependency.
+    assert all(ok for name, ok in res["checks"].items() if name.startswith("a prompt-mode Stop")), res[
+        "checks"
+    ]
     # The active decision does not grow with the transcript (generous margin for a noisy machine).
     assert med["active 30 MB"] <= 1.5 * med["active 10 KB"], med
 

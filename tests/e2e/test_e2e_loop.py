@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -182,13 +183,18 @@ def test_max_iterations_with_tool_use_each_turn(claude, project, tmp_path):
 
 def test_other_session_is_not_touched_by_the_loop(claude, project):
     sid_a, sid_b = str(uuid.uuid4()), str(uuid.uuid4())
+    # The interpreter the hooks run logs every hook script it starts.
+    log = project.parent / "python-runs.log"
+    recorder = project.parent / "recording-python"
+    recorder.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{log}'\nexec '{sys.executable}' \"$@\"\n")
+    recorder.chmod(0o755)
     # Session A runs a long loop that Claude Code's block cap (2 here) pauses
     # after three text-only iterations: the loop stays active, owned by A.
     res_a = claude.run(
         '/loopwright:loop "Keep polishing the docs" --max-iterations 50 --completion-promise DONE',
         [fakeapi.text(f"A, iteration {i}.") for i in range(1, 4)],
         session_id=sid_a,
-        env={"CLAUDE_CODE_STOP_HOOK_BLOCK_CAP": "2"},
+        env={"CLAUDE_CODE_STOP_HOOK_BLOCK_CAP": "2", "LOOPWRIGHT_PYTHON": str(recorder)},
     )
     ok(res_a)
     assert res_a.session_id == sid_a
@@ -198,9 +204,15 @@ def test_other_session_is_not_touched_by_the_loop(claude, project):
     hist_before = history(project)
     journal_before = journal(project)
 
-    # Session B, same project, a plain prompt and one reply.
+    # Session B, same project, a plain prompt and one reply. B owns no loop, so the Stop
+    # launcher must decide without Python (A's Stops, above, ran it: the log shows them).
+    assert "stop.py" in log.read_text()
+    log.unlink()
     res_b = claude.run(
-        "What does this project do?", [fakeapi.text("It is a test project.")], session_id=sid_b
+        "What does this project do?",
+        [fakeapi.text("It is a test project.")],
+        session_id=sid_b,
+        env={"LOOPWRIGHT_PYTHON": str(recorder)},
     )
     ok(res_b)
     assert res_b.session_id == sid_b
@@ -220,6 +232,8 @@ def test_other_session_is_not_touched_by_the_loop(claude, project):
     assert journal(project) == journal_before
     assert all(r.get("session") != sid_b for r in history(project) + journal(project))
     assert (project / ".loopwright" / "active" / "prompt").exists()
+    runs = log.read_text() if log.exists() else ""
+    assert "stop.py" not in runs, runs
 
 
 # --------------------------------------------------------------------------

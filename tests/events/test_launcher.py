@@ -186,6 +186,11 @@ def test_oversized_stdin_starts_python_which_says_so(owned, recorder):
     assert "decision" not in (answer or {})
 
 
+def test_spaces_around_the_colon_are_the_same_shape(owned, recorder):
+    assert stop(owned, recorder, b'{"session_id": "S2", "cwd": "/x"}') is None
+    assert recorder.starts() == 0
+
+
 def test_a_session_id_that_only_starts_like_the_owners_is_not_the_owner(owned, recorder):
     # "S" is a prefix of the owner "S1": the launcher compares whole ids.
     assert stop(owned, recorder, event(owned, "S")) is None

@@ -13,10 +13,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import fakeapi
 from conftest import KEY_HOME, REPO, Claude, lw_env
 from e2e_support import conv, loopwright, stop_answers
+from loopwright.state import trust
 
 STOP = REPO / "hooks" / "stop"
 
@@ -312,3 +315,11 @@ def test_a_session_that_reads_the_nonce_does_not_take_a_loop_started_from_a_term
     loop = json.loads((project / ".loopwright/loops/prompt/loop.json").read_text())
     assert loop["owner_session"] is None and loop["status"] == "active"
     assert not (project / ".loopwright/loops/prompt/history.jsonl").exists()
+
+
+@given(key=st.binary(min_size=0, max_size=200), message=st.binary(max_size=5000))
+def test_the_signature_is_standard_hmac_sha256(key, message):
+    import hashlib
+    import hmac
+
+    assert trust.hmac_sha256(key, message) == hmac.new(key, message, hashlib.sha256).hexdigest()

@@ -31,6 +31,10 @@ def write(paths: LoopPaths, *entries: dict, session: str | None, now: float | No
 
 
 def append(paths: LoopPaths, records: list[dict]) -> None:
-    """Append lines already stamped (a tick's, written again after a crash: see commit.py)."""
+    """Append lines already stamped (a tick's, written again after a crash: see commit.py).
+
+    Not flushed to disk line by line: the journal tells what happened, the budget and
+    the history (both flushed) are what a loop resumes from. A power cut may lose the
+    last tick's journal lines, never a counter."""
     if records:
-        store.append_jsonl_many(paths.journal, records)
+        store.append_jsonl_many(paths.journal, records, durable=False)

@@ -70,7 +70,11 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically: a reader sees the old or the new file,
+    never a mix, even when the writer is killed. ``durable`` also flushes the file and
+    its directory to disk, so the new version survives the machine dying; files that are
+    rewritten every tick and rebuilt from others (heartbeat, progress, ledger) skip it."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
     fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -78,7 +82,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -86,11 +91,12 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
     os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
-def write_json(path: Path, obj: object) -> None:
-    write_bytes_atomic(path, jsoncodec.dumps(obj, indent=True) + b"\n")
+def write_json(path: Path, obj: object, durable: bool = True) -> None:
+    write_bytes_atomic(path, jsoncodec.dumps(obj, indent=True) + b"\n", durable)
 
 
 def write_text(path: Path, text: str) -> None:
@@ -198,11 +204,12 @@ def append_jsonl(path: Path, obj: object) -> None:
     append_jsonl_many(path, [obj])
 
 
-def append_jsonl_many(path: Path, objs: list) -> None:
+def append_jsonl_many(path: Path, objs: list, durable: bool = True) -> None:
     """Append JSON lines in one write under an exclusive lock, so they land together.
 
     If a previous writer died mid-line, the torn tail is closed with a newline
-    first so the new records always start on a line of their own.
+    first so the new records always start on a line of their own. ``durable``
+    flushes them to disk before returning.
     """
     data = b"".join(jsoncodec.dumps(obj) + b"\n" for obj in objs)
     fd = _open_nofollow(Path(path), os.O_RDWR | os.O_APPEND | os.O_CREAT)
@@ -214,7 +221,8 @@ def append_jsonl_many(path: Path, objs: list) -> None:
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
         _write_all(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)  # closing releases the flock
 

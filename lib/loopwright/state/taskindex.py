@@ -25,7 +25,7 @@ from loopwright.core import jsoncodec
 from loopwright.state import tasks as taskreg
 
 SMALL_FILE = 256 * 1024  # below this, parsing the whole file is cheaper than opening SQLite
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "4"
 FP_BYTES = 4096
 CHUNK = 1 << 20
 MAX_PROBLEMS = 3
@@ -114,6 +114,7 @@ class _Index:
             " completed TEXT, num INTEGER, deps INTEGER, entry BLOB);"
             "CREATE INDEX IF NOT EXISTS open_order ON task(status, created, num, seq);"
             "CREATE INDEX IF NOT EXISTS done_order ON task(status, completed, seq);"
+            "CREATE INDEX IF NOT EXISTS with_deps ON task(deps, status, created, num);"
             "CREATE TABLE IF NOT EXISTS problem (lineno INTEGER, text TEXT);"
         )
 
@@ -149,8 +150,15 @@ class _Index:
             for table in ("task", "problem", "meta"):  # not executescript: it would commit the transaction
                 self.db.execute(f"DELETE FROM {table}")
             meta, offset = {}, 0
-        state = _Fold(self.db, name, int(meta.get("lines") or 0), int(meta.get("max_id") or 0))
+        counts = None  # after a rebuild: counted once below; else kept up to date row by row
+        if offset and "open_count" in meta:
+            counts = {"open": int(meta["open_count"]), "done": int(meta["done_count"])}
+        state = _Fold(self.db, name, int(meta.get("lines") or 0), int(meta.get("max_id") or 0), counts)
         end = state.read(fd, offset, st.st_size)
+        if state.counts is None:
+            state.counts = dict(
+                self.db.execute("SELECT status, count(*) FROM task GROUP BY status").fetchall()
+            )
         self.db.executemany(
             "INSERT OR REPLACE INTO meta VALUES (?, ?)",
             [
@@ -159,6 +167,8 @@ class _Index:
                 ("offset", str(end)),
                 ("lines", str(state.lines)),
                 ("max_id", str(state.max_id)),
+                ("open_count", str(state.counts.get("open", 0))),
+                ("done_count", str(state.counts.get("done", 0))),
                 ("head_fp", _fingerprint(fd, 0, min(end, FP_BYTES))),
                 ("tail_fp", _fingerprint(fd, max(0, end - FP_BYTES), end)),
             ],
@@ -166,7 +176,8 @@ class _Index:
 
     def _query(self, head: int) -> TasksView:
         db = self.db
-        counts = dict(db.execute("SELECT status, count(*) FROM task GROUP BY status").fetchall())
+        meta = self._meta()
+        counts = {"open": int(meta["open_count"]), "done": int(meta["done_count"])}
         open_head = [
             jsoncodec.loads(r[0])
             for r in db.execute(
@@ -183,7 +194,8 @@ class _Index:
         with_deps = [
             jsoncodec.loads(r[0])
             for r in db.execute(
-                "SELECT entry FROM task WHERE status='open' AND deps=1 ORDER BY created, num, seq DESC"
+                "SELECT entry FROM task INDEXED BY with_deps WHERE deps=1 AND status='open'"
+                " ORDER BY created, num, seq DESC"
             )
         ]
         cycle = taskreg.dependency_cycle(taskreg.Registry(open=with_deps)) if with_deps else None
@@ -194,9 +206,12 @@ class _Index:
 
 
 def _fingerprint(fd: int, start: int, end: int) -> str:
-    import hashlib
+    """A checksum of bytes ``start``..``end``: tells a rewritten registry from a grown one (with
+    its inode and size). CRC-32, not SHA-256: this guards a cache against accidents, and
+    hashlib costs the Stop 2 ms to import."""
+    import zlib
 
-    return hashlib.sha256(os.pread(fd, max(0, end - start), start)).hexdigest() if end > start else ""
+    return f"{zlib.crc32(os.pread(fd, max(0, end - start), start)):08x}" if end > start else ""
 
 
 class _Fold:
@@ -204,8 +219,9 @@ class _Fold:
     tombstone deletes it (a later task line for that id brings it back, as in
     materialization, where the newest entry wins)."""
 
-    def __init__(self, db, name: str, lines: int, max_id: int):
+    def __init__(self, db, name: str, lines: int, max_id: int, counts: dict | None):
         self.db, self.name, self.lines, self.max_id = db, name, lines, max_id
+        self.counts = counts  # tasks per status, or None while rebuilding (counted at the end)
 
     def read(self, fd: int, offset: int, size: int) -> int:
         carry = b""
@@ -239,6 +255,7 @@ class _Fold:
             if entry["type"] == "task-tombstone":
                 self._put(rows)  # file order: the rows before the tombstone land first
                 rows = []
+                self._recount(entry["target_id"], None)
                 self.db.execute("DELETE FROM task WHERE id = ?", (entry["target_id"],))
                 continue
             rows.append(
@@ -257,7 +274,22 @@ class _Fold:
         self.db.executemany("INSERT INTO problem VALUES (?, ?)", problems)
 
     def _put(self, rows: list) -> None:
+        if self.counts is not None:
+            for row in rows:  # one by one: a later row may replace an earlier one
+                self._recount(row[0], row[2])
+                self.db.execute("INSERT OR REPLACE INTO task VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+            return
         self.db.executemany("INSERT OR REPLACE INTO task VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def _recount(self, task_id: str, new_status: str | None) -> None:
+        """Move ``task_id`` in the counts from the status it has to ``new_status`` (None: gone)."""
+        if self.counts is None:
+            return
+        old = self.db.execute("SELECT status FROM task WHERE id = ?", (task_id,)).fetchone()
+        if old is not None:
+            self.counts[old[0]] = self.counts.get(old[0], 0) - 1
+        if new_status is not None:
+            self.counts[new_status] = self.counts.get(new_status, 0) + 1
 
 
 def _num(task_id: str) -> int:
