@@ -399,6 +399,7 @@ def main() -> int:
                 json.dumps(
                     {
                         "median_ms": med,
+                        "min_ms": {k: min(v) for k, v in results.items()},
                         "ratio_to_bare": {k: v / bare for k, v in med.items()},
                         "peak_rss_mb_tasks": peak,
                         "prompt_stop_imports": sorted(m for m in imported if m.startswith("loopwright")),

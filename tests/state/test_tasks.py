@@ -78,11 +78,11 @@ def test_cli_semantics(tmp_path):
     tomb = tasks.remove(f, "task-2")
     assert tomb["reason"] == "manual" and tomb["target_id"] == "task-2" and tomb["id"] == "task-3"
     assert tasks.add(f, "third")["id"] == "task-4"  # ids never reused
-    with pytest.raises(tasks.TaskError, match="no task task-2"):
+    with pytest.raises(tasks.RegistryError, match="no task task-2"):
         tasks.complete(f, "task-2")
-    with pytest.raises(tasks.TaskError, match="needs a description"):
+    with pytest.raises(tasks.RegistryError, match="needs a description"):
         tasks.add(f, "   ")
-    with pytest.raises(tasks.TaskError, match="no such task"):
+    with pytest.raises(tasks.RegistryError, match="no such task"):
         tasks.add(f, "x", depends_on=["task-99"])
 
 
@@ -146,7 +146,7 @@ def test_materialization_equals_a_reference_model(tmp_path_factory, sequence):
             continue
         tid = f"task-{op[1]}"
         if tid not in model:
-            with pytest.raises(tasks.TaskError):
+            with pytest.raises(tasks.RegistryError):
                 if op[0] == "update":
                     tasks.update(f, tid, op[2])
                 else:

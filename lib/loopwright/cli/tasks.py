@@ -32,7 +32,7 @@ def _task_file(obj: Ctx, loop_name: str | None, project_arg: str | None = None) 
             loop_dir = None  # this session runs no loop: the project's own registry
     try:
         return taskreg.tasks_path(project, state, loop_dir, config)
-    except taskreg.TaskError as exc:
+    except taskreg.RegistryError as exc:
         raise loops.LoopError(str(exc)) from None
 
 

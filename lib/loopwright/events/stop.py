@@ -284,7 +284,7 @@ def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str]):
         notes.append(f"loopwright: {problem}")
     try:
         path = taskreg.tasks_path(project, paths.state, paths.dir, config)
-    except taskreg.TaskError as exc:
+    except taskreg.RegistryError as exc:
         notes.append(f"loopwright: {exc}")
         path = paths.tasks
     chars = (
@@ -297,7 +297,7 @@ def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str]):
 
     try:
         registry = taskindex.view(path, paths.dir / "tasks-index.sqlite", chars)
-    except taskreg.TaskError as exc:
+    except taskreg.RegistryError as exc:
         # A tasks file that cannot be read safely must not read as "no open tasks":
         # that would let a completion claim through. The loop stops instead.
         raise store.CorruptFile(path, None, str(exc)) from None

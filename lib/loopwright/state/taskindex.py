@@ -49,7 +49,7 @@ class TasksView:
 
 
 def view(tasks_path: Path, index_path: Path, budget_chars: int) -> taskreg.Registry | TasksView:
-    """The registry as the router needs it. Raises TaskError for an unsafe tasks file."""
+    """The registry as the router needs it. Raises RegistryError for an unsafe tasks file."""
     head = max(budget_chars // 8 + 1, taskreg.OPEN_IDS_SHOWN)
     size = _regular_size(tasks_path)
     if size is None:
@@ -69,7 +69,7 @@ def _regular_size(path: Path) -> int | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode):
-        raise taskreg.TaskError(
+        raise taskreg.RegistryError(
             f"{path} is a symlink or a special file; loopwright does not follow or read those"
         )
     return st.st_size

@@ -25,8 +25,8 @@ DEFAULT_PROMPT_BUDGET = 4000
 OPEN_IDS_SHOWN = 50  # open task ids named when a completion claim is rejected
 
 
-class TaskError(UserError):
-    """A one-line, user-facing problem with a task command."""
+class RegistryError(UserError):
+    """A one-line, user-facing problem with the task registry (tasks.jsonl)."""
 
 
 class Registry(Record):
@@ -157,9 +157,9 @@ def read_file(path: Path) -> bytes:
     try:
         data = store.read_regular(Path(path), MAX_FILE_BYTES)
     except UnsafePath as exc:
-        raise TaskError(str(exc)) from None
+        raise RegistryError(str(exc)) from None
     except ValueError as exc:
-        raise TaskError(f"{path} is {exc}; split or archive it") from None
+        raise RegistryError(f"{path} is {exc}; split or archive it") from None
     return data or b""
 
 
@@ -199,11 +199,11 @@ class _Appender:
 def add(path: Path, text: str, source: str = "manual", depends_on: list[str] | None = None) -> dict:
     text = " ".join(text.split()) if "\n" not in text else text.strip()
     if not text:
-        raise TaskError("a task needs a description: loopwright task add <text...>")
+        raise RegistryError("a task needs a description: loopwright task add <text...>")
     with _Appender(path) as ap:
         for dep in depends_on or []:
             if ap.registry.get(dep) is None:
-                raise TaskError(f"--depends-on {dep}: no such task (see loopwright task list)")
+                raise RegistryError(f"--depends-on {dep}: no such task (see loopwright task list)")
         entry = {
             "id": f"task-{ap.registry.max_id + 1}",
             "type": "task",
@@ -221,7 +221,7 @@ def add(path: Path, text: str, source: str = "manual", depends_on: list[str] | N
 def _existing(reg: Registry, task_id: str) -> dict:
     task = reg.get(task_id)
     if task is None:
-        raise TaskError(f"no task {task_id} (it may have been removed); see loopwright task list")
+        raise RegistryError(f"no task {task_id} (it may have been removed); see loopwright task list")
     return task
 
 
@@ -239,7 +239,7 @@ def complete(path: Path, task_id: str) -> tuple[dict, bool]:
 def update(path: Path, task_id: str, text: str) -> dict:
     text = text.strip()
     if not text:
-        raise TaskError("the new description is empty")
+        raise RegistryError("the new description is empty")
     with _Appender(path) as ap:
         task = _existing(ap.registry, task_id)
         entry = dict(task, text=text)  # status and timestamps are kept
@@ -357,7 +357,7 @@ def tasks_path(project: Path, state: Path, loop_dir: Path | None, config: dict |
     if env:
         p = Path(env)
         if not p.is_absolute():
-            raise TaskError(f"LOOPWRIGHT_TASKS_FILE must be an absolute path, got {env!r}")
+            raise RegistryError(f"LOOPWRIGHT_TASKS_FILE must be an absolute path, got {env!r}")
         return p
     configured = (config or {}).get("tasks_file")
     if configured:
@@ -367,7 +367,7 @@ def tasks_path(project: Path, state: Path, loop_dir: Path | None, config: dict |
         try:
             return contained(project, configured, "tasks_file in .loopwright.json")
         except UnsafePath as exc:
-            raise TaskError(str(exc)) from None
+            raise RegistryError(str(exc)) from None
     if loop_dir is not None:
         return loop_dir / "tasks.jsonl"
     return state / "tasks.jsonl"
