@@ -17,7 +17,7 @@ from loopwright.state import loops, store
 
 
 def _mode_fields(cfg: dict) -> dict:
-    """The mode's own loop.json keys (a task loop's module, ...) and its status words."""
+    """The mode's own loop.json keys and its status words."""
     from loopwright import modes
 
     try:

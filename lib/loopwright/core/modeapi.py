@@ -101,7 +101,7 @@ class Mode:
         raise NotImplementedError
 
     def status_parts(self, loop: dict, budget: dict) -> list:
-        """Extra fields for the status block and line, e.g. a task loop's module (pure)."""
+        """Extra fields for the status block and line, e.g. what the loop works on (pure)."""
         return []
 
     def outcome_text(self, loop: dict, outcome: str) -> str | None:
