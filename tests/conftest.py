@@ -54,6 +54,24 @@ def state(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return project / ".loopwright"
 
 
+def cli(project: Path, *args: str, input: str | None = None, env: dict | None = None):
+    """Run the `loopwright` command in this process (click's CliRunner), as a shell would
+    with only ``env`` set of Claude Code's and loopwright's variables. The result has
+    ``returncode``, ``stdout`` and ``stderr`` like a finished subprocess."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from loopwright.cli.main import main
+
+    clean = {k: None for k in os.environ if k.startswith(("CLAUDE", "LOOPWRIGHT"))}
+    clean.update(env or {})
+    res = CliRunner().invoke(
+        main, ["-C", str(project), *args], input=input, env=clean, catch_exceptions=False
+    )
+    return SimpleNamespace(returncode=res.exit_code, stdout=res.stdout, stderr=res.stderr)
+
+
 def lw_env(**extra: str) -> dict[str, str]:
     """Environment for running bin/loopwright or the hook launchers as processes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "LOOPWRIGHT"))}

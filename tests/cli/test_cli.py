@@ -3,29 +3,17 @@ click's CliRunner, except where the process itself is the point (finding the pro
 from the working directory, the launcher)."""
 
 import json
-import os
 import subprocess
-from types import SimpleNamespace
 
 import pytest
-from click.testing import CliRunner
 
-from conftest import REPO, lw_env
-from loopwright.cli.main import main
+from conftest import REPO, cli, lw_env
 
 CLI = REPO / "bin" / "loopwright"
 STOP = REPO / "hooks" / "stop"
 
 
-def lw(project, *args, input=None, env=None):
-    """Run the CLI in this process, as a shell would with only ``env`` set of Claude
-    Code's and loopwright's variables."""
-    clean = {k: None for k in os.environ if k.startswith(("CLAUDE", "LOOPWRIGHT"))}
-    clean.update(env or {})
-    res = CliRunner().invoke(
-        main, ["-C", str(project), *args], input=input, env=clean, catch_exceptions=False
-    )
-    return SimpleNamespace(returncode=res.exit_code, stdout=res.stdout, stderr=res.stderr)
+lw = cli  # in-process
 
 
 def stop(project, session="S1", message="working"):

@@ -5,22 +5,14 @@ redaction, the token ledger."""
 import json
 import subprocess
 
-from conftest import REPO, lw_env
+from conftest import REPO, cli, lw_env
 
 CLI = REPO / "bin" / "loopwright"
 STOP = REPO / "hooks" / "stop"
 
 
 def lw(project, *args, session=None, input=None):
-    env = lw_env(**({"CLAUDE_CODE_SESSION_ID": session} if session else {}))
-    return subprocess.run(
-        [str(CLI), "-C", str(project), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        input=input,
-        timeout=60,
-    )
+    return cli(project, *args, input=input, env={"CLAUDE_CODE_SESSION_ID": session} if session else None)
 
 
 def stop(project, session="S1", message=None, transcript=None):
