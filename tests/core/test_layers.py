@@ -15,7 +15,7 @@ PKG = LIB / "loopwright"
 LAYERS = ["core", "state", "modes", "tick", "actions", "events", "cli"]
 # What the pure core may import from the standard library.
 # time: gmtime and strftime format a timestamp the engine was handed (as datetime did).
-CORE_STDLIB = {"__future__", "dataclasses", "datetime", "json", "math", "re", "time", "typing"}
+CORE_STDLIB = {"__future__", "_json", "dataclasses", "datetime", "json", "math", "re", "time", "typing"}
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:

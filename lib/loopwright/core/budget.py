@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import re
 
 from loopwright.core.record import REQUIRED, Record
 from loopwright.core.turn import USAGE_FIELDS
@@ -126,7 +125,7 @@ class Folded(Record):
 
 
 def _norm_sig(text: str) -> str:
-    return re.sub(r"\s+", " ", text.strip().lower())
+    return " ".join(text.lower().split())
 
 
 def fold_reports(budget: dict, reports: list[dict]) -> Folded:

@@ -7,12 +7,34 @@ of whitespace folded); a sentinel inside a fenced code block never counts.
 
 from __future__ import annotations
 
-import re
-
 DEFAULT_PROMISE = "LOOP COMPLETE"
+OPEN, CLOSE = "<promise>", "</promise>"
+# Plain string tests rather than regular expressions: this runs on every Stop, and
+# importing re costs it more than everything here (tests/core/test_completion.py holds
+# both to the regular expressions they replace).
 
-_LINE = re.compile(r"^\s*<promise>(.*?)</promise>\s*$", re.DOTALL)
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+
+def fence_run(line: str) -> str | None:
+    """The fence that opens or closes a code block on ``line`` (three or more backticks or
+    tildes after at most three spaces), or None."""
+    i = 0
+    while i < 3 and i < len(line) and line[i].isspace():
+        i += 1
+    if i == len(line) or line[i] not in "`~":
+        return None
+    ch, j = line[i], i
+    while j < len(line) and line[j] == ch:
+        j += 1
+    return line[i:j] if j - i >= 3 else None
+
+
+def sentinel_text(line: str) -> str | None:
+    """The TEXT of a line that is ``<promise>TEXT</promise>`` and nothing else (surrounding
+    whitespace allowed), or None."""
+    body = line.strip()
+    if not (body.startswith(OPEN) and body.endswith(CLOSE)) or len(body) < len(OPEN) + len(CLOSE):
+        return None
+    return body[len(OPEN) : -len(CLOSE)]
 
 
 def normalise(text: str) -> str:
@@ -29,9 +51,8 @@ def has_sentinel(message: str | None, promise: str) -> bool:
     want = normalise(promise)
     fence: str | None = None  # the opening fence run while inside a fenced block
     for line in message.splitlines():
-        m = _FENCE.match(line)
-        if m:
-            run = m.group(1)
+        run = fence_run(line)
+        if run:
             if fence is None:
                 fence = run
                 continue
@@ -41,7 +62,7 @@ def has_sentinel(message: str | None, promise: str) -> bool:
             continue
         if fence is not None:
             continue
-        hit = _LINE.match(line)
-        if hit and normalise(hit.group(1)) == want:
+        text = sentinel_text(line)
+        if text is not None and normalise(text) == want:
             return True
     return False

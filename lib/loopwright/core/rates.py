@@ -11,8 +11,6 @@ ceiling look further away than it is.
 
 from __future__ import annotations
 
-import re
-
 from loopwright.core.record import REQUIRED, Record
 
 FIELDS = ("input", "output", "cache_write", "cache_read")
@@ -41,13 +39,24 @@ BUILT_IN: dict[str, dict[str, float]] = {
     "claude-3-haiku": {"input": 0.25, "output": 1.25, "cache_write": 0.30, "cache_read": 0.03},
 }
 
-_SUFFIX = re.compile(r"(\[[^\]]*\])$|(-\d{8})$|(-latest)$")
+
+def _without_suffix(name: str) -> str:
+    """``name`` less one trailing ``[...]`` (a context-size tag), ``-YYYYMMDD`` or ``-latest``."""
+    if name.endswith("]"):
+        start = name.find("[", name.rfind("]", 0, len(name) - 1) + 1, len(name) - 1)
+        if start >= 0:
+            return name[:start]
+    if len(name) >= 9 and name[-9] == "-" and name[-8:].isdecimal():
+        return name[:-9]
+    if name.endswith("-latest"):
+        return name[: -len("-latest")]
+    return name
 
 
 def normalise_model(name: str) -> str:
     name = name.strip().lower()
     while True:
-        stripped = _SUFFIX.sub("", name)
+        stripped = _without_suffix(name)
         if stripped == name:
             return name
         name = stripped

@@ -3,10 +3,10 @@ this runs after every turn of every session with the plugin enabled."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
+from loopwright.core import jsoncodec
 from loopwright.state.project import has_active_loops, state_dir
 
 # Larger stdin is refused (with a note) rather than parsed.
@@ -16,7 +16,7 @@ MAX_STDIN_BYTES = 16 * 1024 * 1024
 def stop() -> int:
     raw = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
     try:
-        data = json.loads(raw) if len(raw) <= MAX_STDIN_BYTES else None
+        data = jsoncodec.loads(raw) if len(raw) <= MAX_STDIN_BYTES else None
     except Exception:
         data = None
     if not isinstance(data, dict):
@@ -39,7 +39,7 @@ def stop() -> int:
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         print(
-            json.dumps(
+            jsoncodec.dumps(
                 {
                     "systemMessage": (
                         f"loopwright: a loop is active but its Python packages are missing ({missing}); "
@@ -47,7 +47,7 @@ def stop() -> int:
                         "or run `loopwright doctor`."
                     )
                 }
-            )
+            ).decode()
         )
         return 0
     return hook.main_with(raw)
@@ -97,7 +97,7 @@ def prompt() -> int:
     """UserPromptSubmit: only prompts that are loopwright commands go further."""
     raw = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
     try:
-        text = json.loads(raw).get("prompt")
+        text = jsoncodec.loads(raw).get("prompt")
     except Exception:
         return 0
     if not isinstance(text, str) or not text.lstrip().startswith("/loopwright:"):
@@ -107,7 +107,7 @@ def prompt() -> int:
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         print(
-            json.dumps(
+            jsoncodec.dumps(
                 {
                     "decision": "block",
                     "reason": (
@@ -116,7 +116,7 @@ def prompt() -> int:
                         "SessionStart hook installs them, or run `loopwright doctor`."
                     ),
                 }
-            )
+            ).decode()
         )
         return 0
     return slash.main_with(raw)
@@ -130,7 +130,7 @@ def statusline() -> int:
     """
     raw = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
     try:
-        data = json.loads(raw)
+        data = jsoncodec.loads(raw)
     except Exception:
         return 0
     if not isinstance(data, dict):
@@ -141,7 +141,7 @@ def statusline() -> int:
     if os.environ.get("LOOPWRIGHT_STATE_DIR"):
         state = state_dir()
     elif isinstance(project, str) and project:
-        from pathlib import Path
+        from loopwright.state.fspath import Path
 
         state = Path(project) / ".loopwright"
     else:
@@ -150,10 +150,10 @@ def statusline() -> int:
         return 0
     from loopwright.core.schema import PROGRESS, valid
     from loopwright.core.termsafe import one_line
-    from loopwright.state.project import LOOP_NAME_RE as NAME_RE
+    from loopwright.state.project import is_loop_name
 
     for entry, loop_dir, cfg in _owned_active(state, session) or ():
-        if not NAME_RE.match(entry):
+        if not is_loop_name(entry):
             continue
         p = _read_json(loop_dir / "progress.json")
         if p is None or not valid(PROGRESS, p):  # no Stop has run yet (or nothing usable)
@@ -193,7 +193,7 @@ def _read_json(path, limit: int = 1024 * 1024) -> dict | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         data = os.read(fd, limit + 1)
-        value = json.loads(data) if len(data) <= limit else None
+        value = jsoncodec.loads(data) if len(data) <= limit else None
     except (OSError, ValueError):
         return None
     finally:

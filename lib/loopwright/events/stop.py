@@ -8,13 +8,9 @@ blocks on input it does not understand.
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 from loopwright import modes
 from loopwright.core import jsoncodec, rates, router, schema
@@ -23,6 +19,7 @@ from loopwright.events.entry import MAX_STDIN_BYTES
 from loopwright.state import claudemd, journal, loops, store, transcript, verify
 from loopwright.state import lock as locks
 from loopwright.state import tasks as taskreg
+from loopwright.state.fspath import Path
 from loopwright.state.project import project_config, state_dir
 from loopwright.tick import commit
 
@@ -178,7 +175,7 @@ def read_turn(
     cursor: transcript.Cursor,
     nonce: str | None,
     last_message: str | None,
-    waiting: Callable[[str], None] = lambda _: None,
+    waiting=lambda _: None,  # called with a note while the Stop waits for the transcript
 ) -> transcript.Increment:
     """The new part of the transcript, waiting (bounded) while it lags behind the
     hook's input, so the turn's tokens count in this iteration rather than the next.
@@ -310,10 +307,14 @@ def project_rules(loop: dict) -> claudemd.ProjectRules:
     return _rules_for(project) if project else claudemd.ProjectRules()
 
 
-@functools.lru_cache(maxsize=4)
+_RULES: dict[str, claudemd.ProjectRules] = {}
+
+
 def _rules_for(project: str) -> claudemd.ProjectRules:
     """CLAUDE.md is read once per hook process (observe and apply both need it)."""
-    return claudemd.load(Path(project))
+    if project not in _RULES:
+        _RULES[project] = claudemd.load(Path(project))
+    return _RULES[project]
 
 
 def apply(
@@ -528,14 +529,11 @@ TEST_RUNNER_PATTERN = (
 )
 
 
-@functools.lru_cache(maxsize=1)
-def _test_runner_re() -> re.Pattern:
-    return re.compile(TEST_RUNNER_PATTERN)  # compiled only in the tool-failure hook, not on every Stop
-
-
 def is_test_run(command: str, loop: dict) -> bool:
+    import re  # only in the tool-failure hook, never on a Stop
+
     check = (loop.get("verify") or "").strip()
-    return bool((check and check in command) or _test_runner_re().search(command))
+    return bool((check and check in command) or re.search(TEST_RUNNER_PATTERN, command))
 
 
 def handle_tool_failure(raw: bytes) -> None:
@@ -567,11 +565,12 @@ def handle_tool_failure(raw: bytes) -> None:
         loop = loops.load_config(paths)
         if not loop or loop.get("status") != loops.ACTIVE or not is_test_run(command, loop):
             return
-        m = re.match(r"^Exit code (\d+)", error)
+        rest = error[len("Exit code ") :] if error.startswith("Exit code ") else ""
+        code = rest[: len(rest) - len(rest.lstrip("0123456789"))]  # the digits it starts with
         pending = {
             "source": "post-tool",
             "command": command,
-            "exit_code": int(m.group(1)) if m else None,
+            "exit_code": int(code) if code else None,
             "timed_out": False,
             "seconds": None,
             "output_tail": error[-verify.TAIL_CHARS :],

@@ -8,7 +8,7 @@ one line below, its command, its skill and its tests.
 
 from __future__ import annotations
 
-import importlib
+import sys
 
 from loopwright.core import schema
 from loopwright.core.errors import LoopError
@@ -33,7 +33,13 @@ def get(name: object):
     target = REGISTRY.get(name) if isinstance(name, str) else None
     if target is None:
         raise UnknownMode(f"unknown mode {name!r}; the modes are {', '.join(REGISTRY)}")
-    return importlib.import_module(target).MODE if isinstance(target, str) else target
+    return _module(target).MODE if isinstance(target, str) else target
+
+
+def _module(name: str):
+    """The module ``name``, imported (importlib's import_module, without importing importlib)."""
+    __import__(name)
+    return sys.modules[name]
 
 
 def register(name: str, mode) -> None:
@@ -52,7 +58,7 @@ def part(name: str, what: str):
         return getattr(target, what, None)
     wanted = f"{target}.{what}"
     try:
-        return importlib.import_module(wanted)
+        return _module(wanted)
     except ModuleNotFoundError as exc:
         if exc.name == wanted:
             return None

@@ -23,14 +23,41 @@ line number and skipped; the rest of the block still applies.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from loopwright.core.rates import FIELDS
 from loopwright.core.record import Record
+from loopwright.state.fspath import Path
 
-_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-_REDACT = re.compile(r"^\s*[-*]\s*redact:\s*`(.+)`\s*$")
+# The two line shapes are read with string tests, not regular expressions: CLAUDE.md is
+# read at every Stop and importing re would cost it more. re is imported only to compile
+# a project's own redaction patterns (tests/state/test_claudemd.py holds both readers to
+# the regular expressions they replace).
+
+
+def heading_title(line: str) -> str | None:
+    """The title of a Markdown ATX heading (``## Title ##``), or None for any other line."""
+    i = 0
+    while i < 3 and i < len(line) and line[i].isspace():
+        i += 1
+    j = i
+    while j < len(line) and line[j] == "#":
+        j += 1
+    if not 1 <= j - i <= 6 or j == len(line) or not line[j].isspace():
+        return None
+    return line[j:].strip().rstrip("#").rstrip()
+
+
+def redact_pattern(line: str) -> str | None:
+    """PATTERN of a ``- redact: `PATTERN` `` line, or None."""
+    body = line.strip()
+    if not body or body[0] not in "-*":
+        return None
+    body = body[1:].lstrip()
+    if not body.startswith("redact:"):
+        return None
+    body = body[len("redact:") :].lstrip()
+    if len(body) < 3 or body[0] != "`" or body[-1] != "`":
+        return None
+    return body[1:-1]
 
 
 class ProjectRules(Record):
@@ -42,7 +69,7 @@ class ProjectRules(Record):
     )
 
     rates: dict[str, dict[str, float]]
-    redactions: list[re.Pattern]
+    redactions: list  # compiled re patterns
     problems: list[str]
     path: Path | None
 
@@ -59,9 +86,9 @@ def _blocks(text: str) -> dict[str, list[tuple[int, str]]]:
     out: dict[str, list[tuple[int, str]]] = {}
     current: list[tuple[int, str]] | None = None
     for lineno, line in enumerate(text.splitlines(), 1):
-        m = _HEADING.match(line)
-        if m:
-            title = m.group(2).strip().lower()
+        title = heading_title(line)
+        if title is not None:
+            title = title.strip().lower()
             current = out.setdefault(title, []) if title in ("loop cost rates", "loop logging") else None
             continue
         if current is not None:
@@ -98,15 +125,17 @@ def _parse_logging(lines: list[tuple[int, str]], name: str, rules: ProjectRules)
     for n, ln in lines:
         if not ln.strip():
             continue
-        m = _REDACT.match(ln)
-        if not m:
+        pattern = redact_pattern(ln)
+        if pattern is None:
             if "redact" in ln.lower():
                 rules.problems.append(
                     f"{name}:{n}: write redaction patterns as '- redact: `PATTERN`'; skipped"
                 )
             continue
+        import re
+
         try:
-            rules.redactions.append(re.compile(m.group(1)))
+            rules.redactions.append(re.compile(pattern))
         except re.error as exc:
             rules.problems.append(f"{name}:{n}: bad redaction pattern ({exc}); skipped")
 
@@ -154,7 +183,7 @@ def load(project: Path) -> ProjectRules:
     return rules
 
 
-def redact(value: object, patterns: list[re.Pattern]) -> object:
+def redact(value: object, patterns: list) -> object:
     """``value`` with every string inside it redacted (dicts and lists walked)."""
     if not patterns:
         return value

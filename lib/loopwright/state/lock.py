@@ -11,7 +11,6 @@ here, and only when a process really has to be looked at.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from loopwright.core.clock import now_iso, parse_iso  # noqa: F401  (the lock's timestamps; callers use them here)
 
@@ -74,7 +73,7 @@ def is_stale(
     *,
     host: str | None = None,
     stale_after: float = STALE_AFTER_SECONDS,
-    probe: Callable[[object, object], str] = process_state,
+    probe=process_state,  # (pid, create_time) -> ALIVE, GONE or UNKNOWN
 ) -> bool:
     if not lock:
         return True

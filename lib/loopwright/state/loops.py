@@ -13,18 +13,14 @@ session's Stop through without Python (see ``save_config`` and hooks/stop).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import stat
-from pathlib import Path
 
 from loopwright.core import schema
 from loopwright.core.errors import LoopError, UnsafePath, UserError
 from loopwright.state import store, trust
-from loopwright.state.project import LOOP_NAME_RE
-
-NAME_RE = LOOP_NAME_RE
+from loopwright.state.fspath import Path
+from loopwright.state.project import is_id, is_loop_name
 
 ACTIVE, ENDED = "active", "ended"
 
@@ -80,7 +76,7 @@ class LoopPaths:
 
 
 def validate_name(name: str) -> str:
-    if not NAME_RE.match(name or ""):
+    if not is_loop_name(name):
         raise LoopError(
             f"invalid loop name {name!r}: use 1-64 letters, digits, '-' or '_',"
             " starting with a letter or digit"
@@ -136,14 +132,14 @@ def check_dirs(state: Path, name: str | None = None) -> None:
 
 def loop_names(state: Path) -> list[str]:
     try:
-        return sorted(e.name for e in os.scandir(state / "loops") if e.is_dir() and NAME_RE.match(e.name))
+        return sorted(e.name for e in os.scandir(state / "loops") if e.is_dir() and is_loop_name(e.name))
     except FileNotFoundError:
         return []
 
 
 def active_names(state: Path) -> list[str]:
     try:
-        return sorted(e.name for e in os.scandir(state / "active") if NAME_RE.match(e.name))
+        return sorted(e.name for e in os.scandir(state / "active") if is_loop_name(e.name))
     except FileNotFoundError:
         return []
 
@@ -198,7 +194,7 @@ def clear_active(paths: LoopPaths) -> None:
 #
 # hooks/stop passes a Stop through without starting Python when, for every marker in
 # active/, owners/ holds exactly one entry ``<name>=<owner>`` (a regular file; the owner
-# empty or an id of OWNER_ID_RE) and no such owner is the event's session_id. Anything
+# empty or an id that is_owner_id accepts) and no such owner is the event's session_id. Anything
 # else (no entry, several, a symlink, an odd name) makes it run Python, which decides as
 # it always did. So the index may lag, but it must never show a single entry naming a
 # different owner than the loop.json of an active loop: save_config removes the entries
@@ -207,7 +203,12 @@ def clear_active(paths: LoopPaths) -> None:
 
 OWNERS_DIRNAME = "owners"
 # The session ids the launcher can compare without Python (it extracts the same pattern).
-OWNER_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}\Z")
+OWNER_ID_LONGEST = 128
+
+
+def is_owner_id(owner: object) -> bool:
+    """A session id the launcher can compare: what its awk extracts, and no more."""
+    return is_id(owner, OWNER_ID_LONGEST)
 
 
 def owner_entry(name: str, cfg: dict | None) -> str | None:
@@ -219,7 +220,7 @@ def owner_entry(name: str, cfg: dict | None) -> str | None:
     owner = cfg.get("owner_session")
     if owner is None:
         return f"{name}="
-    if isinstance(owner, str) and OWNER_ID_RE.match(owner):
+    if is_owner_id(owner):
         return f"{name}={owner}"
     return None
 
@@ -277,8 +278,10 @@ def set_owner_index(paths: LoopPaths, entry: str | None) -> None:
             except OSError:
                 if attempt:
                     break
-                with contextlib.suppress(OSError):
+                try:
                     os.unlink(target)  # a symlink or special file in its place
+                except OSError:
+                    pass
                 continue
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -288,8 +291,10 @@ def set_owner_index(paths: LoopPaths, entry: str | None) -> None:
             break
     for other in owner_entries(paths.state, paths.name):
         if other != entry:
-            with contextlib.suppress(OSError):  # a directory planted there stays: doubt, not harm
+            try:  # a directory planted there stays: doubt, not harm
                 os.unlink(owners / other)
+            except OSError:
+                pass
 
 
 def heal_owner_index(paths: LoopPaths, cfg: dict) -> None:
@@ -424,18 +429,27 @@ def state_mutex(state: Path):
     return store.file_lock(state / ".mutex")
 
 
-@contextlib.contextmanager
-def loop_mutex(paths: LoopPaths):
-    """The loop's mutex. A symlink or special file in its place is moved aside (it holds
-    no data: it only exists to be locked) and a fresh lock file is used."""
-    lock = store.file_lock(paths.mutex)
-    try:
-        lock.__enter__()
-    except UnsafePath:
-        store.move_aside(paths.mutex)
-        lock = store.file_lock(paths.mutex)
-        lock.__enter__()
-    try:
-        yield
-    finally:
-        lock.__exit__(None, None, None)
+class loop_mutex:  # lower case: used as `with loop_mutex(paths):`, as it was when a function
+    """The loop's mutex, held for a ``with`` block. A symlink or special file in its place
+    is moved aside (it holds no data: it only exists to be locked) and a fresh lock file
+    is used."""
+
+    def __init__(self, paths: LoopPaths):
+        self.paths = paths
+        self._lock = None
+
+    def __enter__(self) -> loop_mutex:
+        lock = store.file_lock(self.paths.mutex)
+        try:
+            lock.__enter__()
+        except UnsafePath:
+            store.move_aside(self.paths.mutex)
+            lock = store.file_lock(self.paths.mutex)
+            lock.__enter__()
+        self._lock = lock
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._lock is not None:
+            self._lock.__exit__(*exc)
+            self._lock = None

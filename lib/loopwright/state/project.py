@@ -4,11 +4,22 @@ fast path imports this before deciding whether anything else is needed."""
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
+
+from loopwright.state.fspath import Path
 
 STATE_DIRNAME = ".loopwright"
-LOOP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def is_id(text: object, longest: int) -> bool:
+    """1 to ``longest`` ASCII letters, digits, '-' and '_' (string tests, not re: the
+    Stop hook checks names on every event, and importing re would cost it more)."""
+    return isinstance(text, str) and 0 < len(text) <= longest and _ID_CHARS.issuperset(text)
+
+
+def is_loop_name(name: object) -> bool:
+    """A loop's name: 1-64 letters, digits, '-' or '_', starting with a letter or digit."""
+    return is_id(name, 64) and name[0] not in "-_"
 
 
 def project_dir(cwd: str | os.PathLike | None = None) -> Path:
@@ -38,8 +49,7 @@ def project_config(project: Path) -> tuple[dict, str | None]:
     """The project's ``.loopwright.json`` (committed settings such as ``tasks_file``
     and ``tasks.prompt_budget_chars``), and a problem line if it is unusable.
     A symlink, a special file or a file of the wrong shape is ignored, with the line."""
-    import json
-
+    from loopwright.core import jsoncodec
     from loopwright.core.schema import PROJECT_CONFIG, SchemaError
 
     path = Path(project) / CONFIG_FILENAME
@@ -60,7 +70,7 @@ def project_config(project: Path) -> tuple[dict, str | None]:
     try:
         if len(data) > 1024 * 1024:
             raise ValueError("larger than 1 MiB")
-        value = json.loads(data)
+        value = jsoncodec.loads(data)
     except ValueError as exc:
         return {}, f"{CONFIG_FILENAME} is not valid JSON ({exc}); its settings are ignored until it is fixed"
     if not isinstance(value, dict):

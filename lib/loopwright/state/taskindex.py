@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 from loopwright.core import jsoncodec
 from loopwright.state import tasks as taskreg
+from loopwright.state.fspath import Path
 
 SMALL_FILE = 256 * 1024  # below this, parsing the whole file is cheaper than opening SQLite
 SCHEMA_VERSION = "4"

@@ -12,12 +12,12 @@ under it, so concurrent writers never lose an entry or reuse an id.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from loopwright.core import jsoncodec
 from loopwright.core.errors import UserError
 from loopwright.core.record import Record
 from loopwright.state import store
+from loopwright.state.fspath import Path
 from loopwright.state.lock import now_iso
 
 OPEN, DONE = "open", "done"

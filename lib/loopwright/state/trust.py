@@ -17,11 +17,12 @@ against ``hmac`` byte for byte.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from _operator import _compare_digest as compare_digest  # what hmac.compare_digest is
-from pathlib import Path
+
+from loopwright.core import jsoncodec
+from loopwright.state.fspath import Path
 
 try:  # the built-in SHA-256 (no OpenSSL to load): _sha2 from Python 3.12, _sha256 before
     from _sha2 import sha256 as _sha256
@@ -107,10 +108,8 @@ def ensure_key() -> bytes:
 
 def _message(cfg: dict, project: str, name: str) -> bytes:
     body = {k: v for k, v in cfg.items() if k != "sig"}
-    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return (
-        DOMAIN + project.encode("utf-8", "surrogateescape") + b"\0" + name.encode() + b"\0" + canon.encode()
-    )
+    canon = jsoncodec.canonical(body)  # the bytes of json.dumps(sort_keys, ASCII, compact)
+    return DOMAIN + project.encode("utf-8", "surrogateescape") + b"\0" + name.encode() + b"\0" + canon
 
 
 def real_project(state: Path) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from loopwright.core.checks import directive, passed  # noqa: F401  (callers find them here too)
+from loopwright.state.fspath import Path
 
 DEFAULT_TIMEOUT = 300.0
 MAX_TIMEOUT = 840.0  # the Stop hook's own limit in hooks.json is 900 s

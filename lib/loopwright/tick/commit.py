@@ -15,14 +15,13 @@ before anything else reads or decides (``recover``).
 
 from __future__ import annotations
 
-import contextlib
 import os
-from pathlib import Path
 
 from loopwright import modes
 from loopwright.core.errors import UnsafePath
 from loopwright.state import claudemd, journal, loops, store, verify
 from loopwright.state import lock as locks
+from loopwright.state.fspath import Path
 
 LEDGER_FIELDS = (
     "tokens_in",
@@ -162,8 +161,10 @@ def _backprop(paths: loops.LoopPaths, rec: dict, redactions) -> None:
     with store.file_lock(paths.backprop_log.with_name(".backprop-log.lock")):
         if not _tail(paths.backprop_log, len(entry.encode())).endswith(entry.encode()):
             store.append_text(paths.backprop_log, entry)
-    with contextlib.suppress(FileNotFoundError):
+    try:
         paths.backprop_pending.unlink()  # consumed: this prompt carries it
+    except FileNotFoundError:
+        pass
 
 
 def _heartbeat(paths: loops.LoopPaths, rec: dict) -> None:
@@ -183,8 +184,10 @@ def _heartbeat(paths: loops.LoopPaths, rec: dict) -> None:
 def _end(paths: loops.LoopPaths, loop: dict, budget: dict, rec: dict, redactions) -> str:
     from loopwright.tick import ending
 
-    with contextlib.suppress(FileNotFoundError):
+    try:
         paths.backprop_pending.unlink()  # nothing is left to hand it to
+    except FileNotFoundError:
+        pass
     write_progress(paths, loop, budget, rec)
     current = loops.load_config(paths)
     if current is None or current.get("status") != loops.ACTIVE:
