@@ -401,7 +401,7 @@ def main() -> int:
             if m.split(".")[0] in NOT_ON_THE_PROMPT_PATH or m.startswith(NOT_ON_THE_PROMPT_PATH)
         )
         checks[
-            "a prompt-mode Stop imports no task mode and no dependency"
+            "a prompt-mode Stop imports no task mode, no dependency, no pathlib, re or json"
             + (f" ({', '.join(leaked)})" if leaked else "")
         ] = not leaked
         peak = peak_rss_mb([str(STOP)], ev_t100k, env_for(p_t100k), grow(small))
