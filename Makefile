@@ -42,8 +42,8 @@ demo: setup
 	$(PY) tests/demo.py
 
 bench: setup
-	$(PY) bench/bench_stop.py
-	$(PY) bench/bench_tasks.py
+	$(PY) bench/bench_stop.py --check
+	$(PY) bench/bench_tasks.py --check
 
 validate: setup
 	$(PY) tests/claude_cli.py validate .
