@@ -74,6 +74,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -132,6 +133,7 @@ class Reply:
     status: int = 200
     error_type: str | None = None
     error_message: str | None = None
+    delay: float = 0.0  # seconds the server waits before answering (a hung response)
     # filled in when sent
     message_id: str | None = None
     tool_use_ids: list[str] = field(default_factory=list)
@@ -195,6 +197,13 @@ def error(status: int = 529, error_type: str = "overloaded_error", message: str 
     return Reply(status=status, error_type=error_type, error_message=message)
 
 
+def hang(seconds: float, then: Reply | None = None) -> Reply:
+    """``then`` (a plain text by default), sent only after ``seconds``: a response that hangs."""
+    reply = then or text("(after a long wait)")
+    reply.delay = seconds
+    return reply
+
+
 ReplyLike = Union[Reply, str, Callable[["Request"], Union[Reply, str]]]
 
 
@@ -214,6 +223,7 @@ def _as_reply(item: ReplyLike, request: Request) -> Reply:
         status=item.status,
         error_type=item.error_type,
         error_message=item.error_message,
+        delay=item.delay,
     )
 
 
@@ -573,6 +583,8 @@ class _Handler(BaseHTTPRequestHandler):
         req.is_helper = not body.get("tools")
         reply = self.owner._choose(req)
         req.reply = reply
+        if reply.delay:
+            time.sleep(reply.delay)
         if reply.is_error:
             self._send_json(
                 reply.status,

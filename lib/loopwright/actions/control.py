@@ -99,6 +99,20 @@ def cancel(state: Path, name: str | None, session: str | None, reason: str = "ca
             fh.write(f"{locks.now_iso(now)} {reason}\n")
     except FileExistsError:
         pass
+    return _end(paths, router.CANCELLED, reason, dict(event="cancel", reason=reason), session, now)
+
+
+def end_now(state: Path, name: str, outcome: str, reason: str, session: str | None = None) -> str:
+    """End an active loop with ``outcome`` between turns (the headless runner giving up);
+    returns the end summary. An ended loop stays as it is."""
+    paths = pick_loop(state, name, None, active_only=False)
+    event = dict(event="end", outcome=outcome, reason=reason)
+    return _end(paths, outcome, reason, event, session, time.time())
+
+
+def _end(
+    paths: loops.LoopPaths, outcome: str, reason: str, event: dict, session: str | None, now: float
+) -> str:
     with loops.loop_mutex(paths):
         loop = config(paths)
         if loop.get("status") == loops.ACTIVE:
@@ -107,8 +121,8 @@ def cancel(state: Path, name: str | None, session: str | None, reason: str = "ca
         if loop.get("status") != loops.ACTIVE:
             loops.clear_active(paths)
             return f"loopwright: loop {paths.name} had already ended ({loop.get('outcome')}); it stays ended."
-        summary = ending.end_loop(paths, loop, _budget(paths, loop), router.CANCELLED, reason, now)
-    journal.write(paths, dict(event="cancel", reason=reason), session=session, now=now)
+        summary = ending.end_loop(paths, loop, _budget(paths, loop), outcome, reason, now)
+    journal.write(paths, event, session=session, now=now)
     return summary
 
 

@@ -1,0 +1,123 @@
+"""`loopwright run`: a loop in a headless Claude Code client, kept going until it ends."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import click
+
+from loopwright.actions import start as starting
+from loopwright.cli.base import Ctx, echo, echo_json, fail
+from loopwright.core.errors import UserError
+from loopwright.runner import run as runner
+
+
+class Reporter:
+    """Events as JSON lines (--json); otherwise one line each, and on a terminal one live
+    progress line rewritten in place."""
+
+    def __init__(self, as_json: bool, tty: bool):
+        self.as_json, self.tty = as_json, tty
+        self.live = False
+        self.last_iteration = None
+
+    def __call__(self, event: str, **fields) -> None:
+        if self.as_json:
+            echo_json({"event": event, **fields})
+            return
+        if event == "progress":
+            self._progress(fields)
+            return
+        if event in ("client", "turn_end"):
+            return
+        self._clear()
+        detail = " · ".join(f"{k} {v}" for k, v in fields.items() if v not in (None, "", []))
+        echo(f"loopwright run: {event.replace('_', ' ')}" + (f": {detail}" if detail else ""))
+
+    def _progress(self, p: dict) -> None:
+        if p.get("iteration") is None:
+            return
+        money = f"${p.get('dollars_estimate') or 0:,.2f}" + (
+            f"/${float(p['max_dollars']):,.2f}" if p.get("max_dollars") else ""
+        )
+        line = (
+            f"iteration {p['iteration']}/{p.get('max_iterations')} · "
+            f"{p.get('minutes_elapsed') or 0:.1f}/{p.get('max_minutes')} min · {money}"
+            + (f" · {p['last_reason']}" if p.get("last_reason") else "")
+        )
+        if self.tty:
+            click.echo("\r\x1b[2K" + line[:160], nl=False)
+            self.live = True
+        elif p["iteration"] != self.last_iteration:
+            echo(f"loopwright run: {line}")
+        self.last_iteration = p["iteration"]
+
+    def _clear(self) -> None:
+        if self.live:
+            click.echo("\r\x1b[2K", nl=False)
+            self.live = False
+
+
+@click.command("run")
+@click.argument("prompt", nargs=-1)
+@click.option("--loop", "loop_name", help="Drive this existing loop (any mode) instead of starting one.")
+@click.option("--max-iterations", type=int, help="Iterations allowed (default: 20).")
+@click.option("--max-minutes", type=float, help="Wall-clock minutes allowed (default: 60).")
+@click.option("--max-tokens", type=int, help="Input + output tokens allowed.")
+@click.option(
+    "--max-dollars", type=float, help="Dollar ceiling (default 25; 0 tracks spend without a limit)."
+)
+@click.option("--completion-promise", help='Sentinel text (default "LOOP COMPLETE").')
+@click.option("--verify", help="A command that must pass before a completion claim is accepted.")
+@click.option("--name", help="Loop name (default: the mode, made unique).")
+@click.option("--gates", "gate_policy", type=click.Choice(["ask", "continue", "stop"]), help="Gate policy.")
+@click.option("--claude", "claude_bin", envvar="LOOPWRIGHT_CLAUDE", default="claude", show_default=True)
+@click.option("--claude-arg", "claude_args", multiple=True, help="Passed to claude as is; repeatable.")
+@click.option(
+    "--plugin-dir", help="Load loopwright from here (default: this copy, unless Claude Code has it)."
+)
+@click.option(
+    "--poll-seconds", type=float, default=60.0, show_default=True, help="How often progress is checked."
+)
+@click.option("--stall-polls", type=int, default=3, show_default=True, help="Quiet polls that make a stall.")
+@click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
+@click.pass_obj
+def run(
+    obj: Ctx,
+    prompt,
+    loop_name,
+    claude_bin,
+    claude_args,
+    plugin_dir,
+    poll_seconds,
+    stall_polls,
+    as_json,
+    **limits,
+):
+    """Run a loop unattended in a headless Claude Code client until it ends; the exit code
+    tells the outcome (0 done, 2 budget, 3 stalled, 4 stopped, 5 waiting for you)."""
+    found = shutil.which(claude_bin)
+    if not found:
+        fail(f"Claude Code's CLI ({claude_bin}) was not found; install it or pass --claude PATH")
+    if poll_seconds <= 0 or stall_polls < 1:
+        fail("--poll-seconds must be more than 0 and --stall-polls at least 1")
+    if plugin_dir is None and not runner.plugin_enabled_in_claude():
+        plugin_dir = str(runner.PLUGIN_ROOT)
+    opts = runner.Options(found, claude_args, plugin_dir, poll_seconds, stall_polls)
+    job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json))
+    try:
+        if loop_name:
+            first = job.attach(loop_name)
+        else:
+            req = starting.StartRequest(prompt=" ".join(prompt))
+            for attr, value in limits.items():
+                if value is not None:
+                    setattr(req, attr, value)
+            first = job.start(req)
+    except UserError as exc:
+        fail(str(exc))
+    sys.exit(job.go(first))
+
+
+COMMANDS = (run,)

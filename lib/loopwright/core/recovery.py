@@ -1,0 +1,82 @@
+"""What the headless runner does when its Claude Code client stops or stalls, and the
+exit code a run ends with. Pure: the runner observes, this decides.
+
+The Stop hook drives the iterations inside the client exactly as in an interactive
+session; the runner only brings the client back when it went away while the loop
+still runs (Claude Code's block cap, a crash, an API error it gave up on, a stall),
+within a bound per iteration and in all (the ai-cli-task seed: 3 and 10).
+"""
+
+from __future__ import annotations
+
+END, RESUME, GIVE_UP, WAIT_FOR_USER = "end", "resume", "give_up", "wait_for_user"
+STALL_LIMIT = "STOPPED:stall_limit"
+
+PER_ITERATION = 3
+IN_ALL = 10
+
+# Exit codes of `loopwright run` (the README has the table).
+EXIT_DONE, EXIT_ERROR, EXIT_BUDGET, EXIT_STALLED, EXIT_STOPPED, EXIT_WAITING, EXIT_OTHER = 0, 1, 2, 3, 4, 5, 6
+EXIT_INTERRUPTED = 130
+
+
+class Counts:
+    """Recoveries so far: in all, and per iteration number."""
+
+    __slots__ = ("total", "by_iteration")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.by_iteration: dict[int, int] = {}
+
+    def add(self, iteration: int) -> None:
+        self.total += 1
+        self.by_iteration[iteration] = self.by_iteration.get(iteration, 0) + 1
+
+
+def after_client(
+    active: bool,
+    waiting_gates: list[str],
+    iteration: int,
+    counts: Counts,
+    why: str,
+    per_iteration: int = PER_ITERATION,
+    in_all: int = IN_ALL,
+) -> tuple[str, str]:
+    """The client is gone (``why``: it exited, or was stopped as stalled): the next move
+    and the reason for it."""
+    if not active:
+        return END, "the loop has ended"
+    if waiting_gates:
+        return WAIT_FOR_USER, (
+            f"the loop waits for an answer to gate(s) {', '.join(waiting_gates)}; answer with "
+            "`loopwright gate answer <gate> <option>`, then continue with `loopwright run --loop <name>`"
+        )
+    done_here = counts.by_iteration.get(iteration, 0)
+    if done_here >= per_iteration:
+        return GIVE_UP, f"{why}; already recovered {done_here} times in iteration {iteration}"
+    if counts.total >= in_all:
+        return GIVE_UP, f"{why}; already recovered {counts.total} times in this run"
+    return RESUME, why
+
+
+def stalled(quiet_polls: int, polls: int) -> bool:
+    """Whether the client has shown no sign of progress for ``polls`` polls in a row."""
+    return quiet_polls >= polls
+
+
+def exit_code(outcome: str | None, waiting: bool = False) -> int:
+    """The exit code of a run that ended with ``outcome`` (None: the loop did not end)."""
+    if waiting:
+        return EXIT_WAITING
+    if outcome is None:
+        return EXIT_ERROR
+    if outcome == "LOOP_DONE":
+        return EXIT_DONE
+    if outcome == STALL_LIMIT:
+        return EXIT_STALLED
+    if outcome == "MAX_ITERATIONS" or outcome.startswith("BUDGET_EXHAUSTED:"):
+        return EXIT_BUDGET
+    if outcome == "CANCELLED" or outcome.startswith(("STOPPED:", "GATE_STOP:")):
+        return EXIT_STOPPED
+    return EXIT_OTHER

@@ -1,0 +1,204 @@
+"""`loopwright run`: a loop driven by a headless Claude Code client, kept going.
+
+The runner starts (or attaches to) a loop under a session id it chooses and runs
+``claude -p`` with the loop's first prompt. Inside the client the Stop hook drives the
+iterations exactly as in an interactive session. The runner only watches: when the
+client goes away while the loop still runs (block cap, crash, API error, a stall it
+kills), it resumes the same session with the next prompt, within the bounds of
+``core.recovery``. The loop's own time limit becomes the stop file, honoured at the next
+Stop. A first Ctrl-C asks the loop to stop the same way; a second one kills the client.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+from loopwright.actions import control
+from loopwright.actions import start as starting
+from loopwright.core import recovery
+from loopwright.core.clock import now_iso, parse_iso
+from loopwright.runner.client import Client
+from loopwright.state import loops, store
+
+PLUGIN_ROOT = Path(__file__).resolve().parents[3]  # lib/loopwright/runner/run.py
+
+
+class Options:
+    def __init__(
+        self,
+        claude: str = "claude",
+        claude_args: tuple = (),
+        plugin_dir: str | None = None,
+        poll_seconds: float = 60.0,
+        stall_polls: int = 3,
+        per_iteration: int = recovery.PER_ITERATION,
+        in_all: int = recovery.IN_ALL,
+    ):
+        self.claude, self.claude_args, self.plugin_dir = claude, tuple(claude_args), plugin_dir
+        self.poll_seconds, self.stall_polls = poll_seconds, stall_polls
+        self.per_iteration, self.in_all = per_iteration, in_all
+
+
+class Interrupts:
+    """Ctrl-C once: the loop is asked to stop; twice: the client is killed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.count += 1
+
+
+def client_argv(opts: Options, prompt: str, session: str, resume: bool) -> list[str]:
+    argv = [opts.claude, "-p", prompt, "--output-format", "stream-json", "--verbose"]
+    argv += ["--resume", session] if resume else ["--session-id", session]
+    if opts.plugin_dir:
+        argv += ["--plugin-dir", opts.plugin_dir]
+    return argv + list(opts.claude_args)
+
+
+def plugin_enabled_in_claude() -> bool:
+    """Whether the user's Claude Code settings already enable a loopwright plugin (then
+    loading this checkout too would run every hook twice)."""
+    path = Path(os.path.expanduser("~/.claude/settings.json"))
+    try:
+        from loopwright.core import jsoncodec
+
+        settings = jsoncodec.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    enabled = settings.get("enabledPlugins") if isinstance(settings, dict) else None
+    return isinstance(enabled, dict) and any(
+        k.split("@")[0] == "loopwright" and v for k, v in enabled.items()
+    )
+
+
+class Run:
+    """One `loopwright run`: the loop, the client in use, and what happened so far."""
+
+    def __init__(self, state: Path, opts: Options, report):
+        self.state, self.opts, self.report = state, opts, report
+        self.session = str(uuid.uuid4())
+        self.counts = recovery.Counts()
+        self.interrupts = Interrupts()
+        self.paths: loops.LoopPaths | None = None
+        self.stop_written = False
+
+    def start(self, req: starting.StartRequest) -> str:
+        req.session = self.session
+        self.paths, loop = starting.start(self.state, req)
+        self.report("started", loop=loop["name"], session=self.session, mode=loop["mode"])
+        return starting.announcement(loop)
+
+    def attach(self, name: str) -> str:
+        res = control.resume(self.state, name, self.session)
+        self.paths = res.paths
+        self.report("attached", loop=res.paths.name, session=self.session, notes=res.notes)
+        return starting.resumed_note(res)
+
+    def go(self, prompt: str) -> int:
+        """Drive the loop to its end (or to a point only the user can pass); the exit code."""
+        os.environ["LOOPWRIGHT_OWNER_PID"] = str(os.getpid())  # the loop's lock names this runner
+        self.interrupts.install()
+        resume = False
+        while True:
+            why = self._one_client(prompt, resume)
+            if why is None:
+                return recovery.EXIT_INTERRUPTED
+            loop, budget = self._loop_state()
+            waiting = [g["name"] for g in budget.get("pending_gates") or [] if not g.get("answer")]
+            iteration = int(budget.get("iterations_used", 0)) + 1
+            active = loop.get("status") == loops.ACTIVE and self.interrupts.count == 0
+            action, reason = recovery.after_client(
+                active, waiting, iteration, self.counts, why, self.opts.per_iteration, self.opts.in_all
+            )
+            if action != recovery.RESUME:
+                return self._finish(action, reason, loop)
+            self.counts.add(iteration)
+            self.report("resume", reason=reason, iteration=iteration, recoveries=self.counts.total)
+            prompt, resume = self.attach_again(), True
+
+    def attach_again(self) -> str:
+        return starting.resumed_note(control.resume(self.state, self.paths.name, self.session))
+
+    def _finish(self, action: str, reason: str, loop: dict) -> int:
+        if action == recovery.GIVE_UP:
+            control.end_now(self.state, self.paths.name, recovery.STALL_LIMIT, reason, self.session)
+            loop = control.config(self.paths)
+        if action == recovery.WAIT_FOR_USER:
+            self.report("waiting", loop=self.paths.name, reason=reason)
+            return recovery.exit_code(None, waiting=True)
+        if loop.get("status") == loops.ACTIVE:  # stopped by the user before the loop could end itself
+            control.end_now(self.state, self.paths.name, "STOPPED:user_stop", "the run was interrupted")
+            loop = control.config(self.paths)
+        outcome = loop.get("outcome")
+        self.report("ended", loop=self.paths.name, outcome=outcome, reason=loop.get("end_reason"))
+        return recovery.exit_code(outcome)
+
+    def _loop_state(self) -> tuple[dict, dict]:
+        loop = control.config(self.paths)
+        budget = loops.read_state(self.paths.configured(loop), "budget", move_corrupt=False) or {}
+        return loop, budget
+
+    def _one_client(self, prompt: str, resume: bool) -> str | None:
+        """Run one client until it exits or stalls; why it is gone (None: killed on request)."""
+        argv = client_argv(self.opts, prompt, self.session, resume)
+        client = Client(argv, dict(os.environ), str(self.state.parent))
+        self.report("client", pid=client.proc.pid, resumed=resume)
+        quiet = 0
+        while not client.wait(self.opts.poll_seconds):
+            self._relay(client)
+            if self.interrupts.count >= 2:
+                client.stop()
+                self.report("killed", reason="interrupted twice")
+                return None
+            self._ask_stop_when_due()
+            quiet = 0 if client.activity() else quiet + 1
+            if recovery.stalled(quiet, self.opts.stall_polls):
+                client.stop()
+                self.report("stall", polls=quiet, seconds=self.opts.poll_seconds)
+                return f"no progress for {quiet} polls of {self.opts.poll_seconds:g} s"
+        self._relay(client)
+        tail = client.stderr_tail.decode("utf-8", "replace").strip().splitlines()[-1:]
+        self.report("client_exit", code=client.returncode, stderr=tail[0] if tail else "")
+        return f"the client exited (code {client.returncode})"
+
+    def _relay(self, client: Client) -> None:
+        for event in client.events():
+            if event.get("type") == "result":
+                self.report("turn_end", turns=event.get("num_turns"), cost=event.get("total_cost_usd"))
+        self.report("progress", **self._progress())
+
+    def _progress(self) -> dict:
+        try:
+            p = loops.read_state(self.paths, "progress", move_corrupt=False) or {}
+        except (store.CorruptFile, OSError):
+            p = {}
+        keep = ("iteration", "max_iterations", "minutes_elapsed", "max_minutes", "dollars_estimate")
+        return {k: p.get(k) for k in (*keep, "max_dollars", "last_reason")}
+
+    def _ask_stop_when_due(self) -> None:
+        """The first Ctrl-C, or the loop's time limit: the stop file, read at the next Stop."""
+        if self.stop_written:
+            return
+        reason = "user_stop" if self.interrupts.count else self._timed_out()
+        if reason:
+            store.write_json(self.paths.stop, {"reason": reason, "timestamp": now_iso()})
+            self.stop_written = True
+            self.report("stop_requested", reason=reason)
+
+    def _timed_out(self) -> str | None:
+        loop, budget = self._loop_state()
+        started = parse_iso(budget.get("started_at") or loop.get("started_at"))
+        limit = budget.get("max_minutes", loop.get("max_minutes"))
+        if started is None or not isinstance(limit, (int, float)):
+            return None
+        return "timeout" if time.time() - started > limit * 60 else None

@@ -1,0 +1,136 @@
+"""`loopwright run` against the real Claude Code CLI and the scripted Messages API: the
+runner starts a loop in a headless client, lets the Stop hook drive it, and brings the
+client back when it goes away (block cap, a hung response) while the loop still runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import claude_cli
+import fakeapi
+from conftest import KEY_HOME, REPO
+
+pytestmark = pytest.mark.e2e
+
+
+def run(project, home, server, *args, env=None, timeout=180):
+    extra = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME, **(env or {})}
+    cmd = [
+        str(REPO / "bin" / "loopwright"),
+        "-C",
+        str(project),
+        "run",
+        "--claude",
+        claude_cli.claude_binary(),
+        "--claude-arg=--dangerously-skip-permissions",
+        "--poll-seconds",
+        "0.5",
+        "--json",
+        *args,
+    ]
+    out = subprocess.run(
+        cmd,
+        env=claude_cli.offline_env(server.url, home, extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return out, events
+
+
+def kinds(events):
+    return [e["event"] for e in events if e["event"] not in ("progress", "turn_end")]
+
+
+@pytest.fixture
+def home(tmp_path):
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+def test_a_run_ends_when_the_loop_is_done(project, home):
+    replies = [
+        fakeapi.text("Iteration one."),
+        fakeapi.text("Iteration two."),
+        fakeapi.text("All done and checked.\n<promise>DONE</promise>"),
+    ]
+    with fakeapi.ScriptedServer(replies) as server:
+        out, events = run(project, home, server, "write the notes", "--completion-promise", "DONE")
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert kinds(events) == ["started", "client", "client_exit", "ended"], events
+    assert events[-1]["outcome"] == "LOOP_DONE" and server.remaining == 0
+    loop = json.loads((project / ".loopwright/loops/prompt/loop.json").read_text())
+    assert loop["owner_session"] == events[0]["session"] and loop["status"] == "ended"
+
+
+def test_the_runner_carries_the_loop_past_the_block_cap(project, home):
+    replies = [fakeapi.text(f"Iteration {i}.") for i in range(1, 6)]
+    replies.append(fakeapi.text("Finished.\n<promise>DONE</promise>"))
+    with fakeapi.ScriptedServer(replies) as server:
+        out, events = run(
+            project,
+            home,
+            server,
+            "polish the docs",
+            "--completion-promise",
+            "DONE",
+            env={"CLAUDE_CODE_STOP_HOOK_BLOCK_CAP": "2"},
+        )
+    assert out.returncode == 0, out.stderr + out.stdout
+    resumes = [e for e in events if e["event"] == "resume"]
+    assert resumes and all("client exited" in e["reason"] for e in resumes), events
+    assert events[-1] == {**events[-1], "event": "ended", "outcome": "LOOP_DONE"}
+    history = (project / ".loopwright/loops/prompt/history.jsonl").read_text().splitlines()
+    assert len(history) == 6 and server.remaining == 0
+
+
+def test_a_hung_response_is_a_stall_the_runner_recovers_from(project, home):
+    replies = [
+        fakeapi.text("Iteration one."),
+        fakeapi.hang(20),  # the second turn's response never comes in time
+        fakeapi.text("Picked up again and finished.\n<promise>DONE</promise>"),
+    ]
+    with fakeapi.ScriptedServer(replies) as server:
+        out, events = run(
+            project, home, server, "fix the bug", "--completion-promise", "DONE", "--stall-polls", "3"
+        )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "stall" in kinds(events) and events[-1]["outcome"] == "LOOP_DONE", events
+    stall_at = kinds(events).index("stall")
+    assert kinds(events)[stall_at + 1] == "resume"
+
+
+def test_recoveries_are_bounded(project, home):
+    # Every client hangs: three recoveries in the iteration, then the run gives up.
+    with fakeapi.ScriptedServer([], default=fakeapi.hang(20)) as server:
+        out, events = run(project, home, server, "never answered", "--stall-polls", "2", "--name", "hung")
+    assert out.returncode == 3, out.stderr + out.stdout
+    assert kinds(events).count("resume") == 3 and events[-1]["outcome"] == "STOPPED:stall_limit", events
+    loop = json.loads((project / ".loopwright/loops/hung/loop.json").read_text())
+    assert loop["status"] == "ended" and loop["outcome"] == "STOPPED:stall_limit"
+
+
+def test_claude_missing_is_one_line(project, home):
+    with fakeapi.ScriptedServer([]) as server:
+        out = subprocess.run(
+            [
+                str(REPO / "bin" / "loopwright"),
+                "-C",
+                str(project),
+                "run",
+                "--claude",
+                "no-such-claude",
+                "goal",
+            ],
+            env=claude_cli.offline_env(server.url, home, {"LOOPWRIGHT_PYTHON": sys.executable}),
+            capture_output=True,
+            text=True,
+        )
+    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0
+    assert "was not found" in out.stderr and not (project / ".loopwright").exists()
