@@ -134,3 +134,26 @@ def test_claude_missing_is_one_line(project, home):
         )
     assert out.returncode == 1 and out.stderr.strip().count("\n") == 0
     assert "was not found" in out.stderr and not (project / ".loopwright").exists()
+
+
+def test_api_errors_that_end_the_client_are_recovered_by_resume(project, home):
+    # The client gives up on 500s (no retries here) and exits mid-loop; the runner resumes.
+    replies = [
+        fakeapi.text("Iteration one."),
+        fakeapi.error(500, "api_error", "Internal server error"),
+        fakeapi.text("Back again and finished.\n<promise>DONE</promise>"),
+    ]
+    with fakeapi.ScriptedServer(replies) as server:
+        out, events = run(
+            project,
+            home,
+            server,
+            "survive an outage",
+            "--completion-promise",
+            "DONE",
+            env={"CLAUDE_CODE_MAX_RETRIES": "0"},
+        )
+    assert out.returncode == 0, out.stderr + out.stdout
+    exits = [e for e in events if e["event"] == "client_exit"]
+    assert len(exits) == 2 and "resume" in kinds(events), events
+    assert events[-1]["outcome"] == "LOOP_DONE" and server.remaining == 0
