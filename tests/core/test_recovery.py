@@ -51,3 +51,26 @@ def test_exit_codes(outcome, code):
 
 def test_waiting_is_its_own_code():
     assert r.exit_code(None, waiting=True) == 5
+
+
+def test_a_usage_limit_is_a_429_the_client_gave_up_on():
+    assert r.hit_usage_limit({"type": "result", "is_error": True, "api_error_status": 429})
+    assert not r.hit_usage_limit({"type": "result", "is_error": True, "api_error_status": 500})
+    assert not r.hit_usage_limit(None)
+
+
+def test_the_wait_uses_the_reset_time_when_given_else_doubles():
+    now = 1_760_000_000.0
+    assert r.quota_wait("Claude AI usage limit reached|1760000600", 0, now) == 605.0
+    assert r.quota_wait("limit|1759999000", 0, now) == r.QUOTA_BASE  # a reset in the past: backoff
+    assert [r.quota_wait("rate limited", n, now, base=10, cap=60) for n in range(4)] == [10, 20, 40, 60]
+
+
+def test_paused_time_is_not_counted():
+    from loopwright.core import budget
+    from loopwright.core.clock import parse_iso
+
+    start = "2026-11-22T10:00:00Z"
+    hour_later = parse_iso(start) + 3600
+    assert budget.minutes_elapsed({"started_at": start}, hour_later) == 60.0
+    assert budget.minutes_elapsed({"started_at": start, "clock_paused_seconds": 600.0}, hour_later) == 50.0

@@ -157,3 +157,30 @@ def test_api_errors_that_end_the_client_are_recovered_by_resume(project, home):
     exits = [e for e in events if e["event"] == "client_exit"]
     assert len(exits) == 2 and "resume" in kinds(events), events
     assert events[-1]["outcome"] == "LOOP_DONE" and server.remaining == 0
+
+
+def test_a_usage_limit_is_waited_out_with_the_clock_paused(project, home):
+    replies = [
+        fakeapi.text("Iteration one."),
+        fakeapi.error(429, "rate_limit_error", "This request would exceed your account's rate limit."),
+        fakeapi.text("After the reset: finished.\n<promise>DONE</promise>"),
+    ]
+    with fakeapi.ScriptedServer(replies) as server:
+        out, events = run(
+            project,
+            home,
+            server,
+            "keep going",
+            "--completion-promise",
+            "DONE",
+            "--quota-wait",
+            "1.5",
+            env={"CLAUDE_CODE_MAX_RETRIES": "0"},
+        )
+    assert out.returncode == 0, out.stderr + out.stdout
+    waits = [e for e in events if e["event"] == "quota_wait"]
+    assert len(waits) == 1 and waits[0]["seconds"] == 1.5 and "resume" not in kinds(events), events
+    budget = json.loads((project / ".loopwright/loops/prompt/budget.json").read_text())
+    assert budget["clock_paused_seconds"] >= 1.4 and events[-1]["outcome"] == "LOOP_DONE"
+    journal = (project / ".loopwright/loops/prompt/journal.jsonl").read_text()
+    assert '"event":"clock"' in journal.replace(" ", "")

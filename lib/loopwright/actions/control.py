@@ -102,6 +102,18 @@ def cancel(state: Path, name: str | None, session: str | None, reason: str = "ca
     return _end(paths, router.CANCELLED, reason, dict(event="cancel", reason=reason), session, now)
 
 
+def pause_clock(state: Path, name: str, seconds: float, why: str, session: str | None = None) -> None:
+    """Take ``seconds`` off the loop's wall-clock budget (time spent waiting out a usage
+    limit, in which nothing could run)."""
+    paths = pick_loop(state, name, None, active_only=False)
+    with loops.loop_mutex(paths):
+        loop = config(paths)
+        budget = _budget(paths.configured(loop), loop)
+        budget["clock_paused_seconds"] = float(budget.get("clock_paused_seconds") or 0.0) + max(0.0, seconds)
+        store.write_json(paths.budget, budget)
+    journal.write(paths, dict(event="clock", paused_seconds=round(seconds, 3), why=why), session=session)
+
+
 def end_now(state: Path, name: str, outcome: str, reason: str, session: str | None = None) -> str:
     """End an active loop with ``outcome`` between turns (the headless runner giving up);
     returns the end summary. An ended loop stays as it is."""

@@ -81,6 +81,9 @@ class Reporter:
     "--poll-seconds", type=float, default=60.0, show_default=True, help="How often progress is checked."
 )
 @click.option("--stall-polls", type=int, default=3, show_default=True, help="Quiet polls that make a stall.")
+@click.option(
+    "--quota-wait", type=float, default=60.0, show_default=True, help="First wait on a usage limit (doubles)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
 @click.pass_obj
 def run(
@@ -92,6 +95,7 @@ def run(
     plugin_dir,
     poll_seconds,
     stall_polls,
+    quota_wait,
     as_json,
     **limits,
 ):
@@ -100,11 +104,11 @@ def run(
     found = shutil.which(claude_bin)
     if not found:
         fail(f"Claude Code's CLI ({claude_bin}) was not found; install it or pass --claude PATH")
-    if poll_seconds <= 0 or stall_polls < 1:
-        fail("--poll-seconds must be more than 0 and --stall-polls at least 1")
+    if poll_seconds <= 0 or stall_polls < 1 or quota_wait <= 0:
+        fail("--poll-seconds and --quota-wait must be more than 0, --stall-polls at least 1")
     if plugin_dir is None and not runner.plugin_enabled_in_claude():
         plugin_dir = str(runner.PLUGIN_ROOT)
-    opts = runner.Options(found, claude_args, plugin_dir, poll_seconds, stall_polls)
+    opts = runner.Options(found, claude_args, plugin_dir, poll_seconds, stall_polls, quota_base=quota_wait)
     job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json))
     try:
         if loop_name:

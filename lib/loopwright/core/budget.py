@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from loopwright.core.clock import parse_iso
 from loopwright.core.record import REQUIRED, Record
 from loopwright.core.turn import USAGE_FIELDS
 
@@ -122,6 +123,15 @@ class Folded(Record):
     agents: int
     failure: dict | None
     outage: str | None
+
+
+def minutes_elapsed(budget: dict, now: float) -> float:
+    """Wall-clock minutes since the loop started, less the time its clock was paused (the
+    headless runner waiting out a usage limit)."""
+    started = parse_iso(budget.get("started_at"))
+    started = now if started is None else started
+    paused = float(budget.get("clock_paused_seconds") or 0.0)
+    return round(max(0.0, now - started - paused) / 60.0, 3)
 
 
 def _norm_sig(text: str) -> str:

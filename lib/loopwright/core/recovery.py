@@ -11,6 +11,9 @@ from __future__ import annotations
 
 END, RESUME, GIVE_UP, WAIT_FOR_USER = "end", "resume", "give_up", "wait_for_user"
 STALL_LIMIT = "STOPPED:stall_limit"
+QUOTA_LIMIT = "STOPPED:quota_limit"
+QUOTA_WAITS = 10  # usage-limit waits in a row before the run gives up
+QUOTA_BASE, QUOTA_CAP = 60.0, 1800.0  # seconds: the backoff when no reset time is given
 
 PER_ITERATION = 3
 IN_ALL = 10
@@ -58,6 +61,22 @@ def after_client(
     if counts.total >= in_all:
         return GIVE_UP, f"{why}; already recovered {counts.total} times in this run"
     return RESUME, why
+
+
+def hit_usage_limit(result: dict | None) -> bool:
+    """Whether the client's last turn ended on a usage or rate limit (HTTP 429) it gave up on."""
+    return isinstance(result, dict) and result.get("api_error_status") == 429
+
+
+def quota_wait(
+    result_text: str, attempt: int, now: float, base: float = QUOTA_BASE, cap: float = QUOTA_CAP
+) -> float:
+    """Seconds to wait before trying again: until the reset time the limit message gives (a
+    Unix time after a '|', as in "usage limit reached|1760000000"), else a doubling backoff."""
+    tail = result_text.rsplit("|", 1)[-1].strip() if "|" in result_text else ""
+    if tail.isdigit() and len(tail) == 10 and int(tail) > now:
+        return min(int(tail) - now + 5.0, 24 * 3600.0)
+    return min(base * (2**attempt), cap)
 
 
 def stalled(quiet_polls: int, polls: int) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from loopwright.core import budget as budgets
 from loopwright.core import checks, gates, prompts
-from loopwright.core.clock import now_iso, parse_iso
+from loopwright.core.clock import now_iso
 from loopwright.core.completion import has_sentinel
 from loopwright.core.modeapi import DIMENSIONS, PromptParts, Tick
 from loopwright.core.rates import RateTable, table
@@ -243,8 +243,7 @@ def _fold_turn(t: _Tick) -> dict:
     snap, b = t.snap, t.budget
     before = budgets.usage_of(b)
     before["iterations"] = float(b.get("iterations_used", 0))
-    started = parse_iso(b.get("started_at")) or snap.now
-    b["minutes_elapsed"] = round(max(0.0, snap.now - started) / 60.0, 3)
+    b["minutes_elapsed"] = budgets.minutes_elapsed(b, snap.now)
     t.delta = budgets.add_usage(b, snap.turn.usage)
     b["cursor"] = snap.turn.cursor.to_dict()
     t.dollars_before = float(b.get("dollars_estimate", 0.0))

@@ -279,6 +279,7 @@ BUDGET = Obj(
         "comments_pushed": COUNT,
         "merges_attempted": COUNT,
         "minutes_elapsed": Num(0.0, 1e9),
+        "clock_paused_seconds": Num(0.0, 1e12),  # waits for a usage limit: not counted as time
         "tokens_in": COUNT,
         "tokens_out": COUNT,
         "cache_creation_input_tokens": COUNT,

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from loopwright.actions import control
 from loopwright.actions import start as starting
+from loopwright.core import budget as budgets
 from loopwright.core import recovery
-from loopwright.core.clock import now_iso, parse_iso
+from loopwright.core.clock import now_iso
 from loopwright.runner.client import Client
 from loopwright.state import loops, store
 
@@ -37,10 +38,13 @@ class Options:
         stall_polls: int = 3,
         per_iteration: int = recovery.PER_ITERATION,
         in_all: int = recovery.IN_ALL,
+        quota_base: float = recovery.QUOTA_BASE,
+        quota_waits: int = recovery.QUOTA_WAITS,
     ):
         self.claude, self.claude_args, self.plugin_dir = claude, tuple(claude_args), plugin_dir
         self.poll_seconds, self.stall_polls = poll_seconds, stall_polls
         self.per_iteration, self.in_all = per_iteration, in_all
+        self.quota_base, self.quota_waits = quota_base, quota_waits
 
 
 class Interrupts:
@@ -91,6 +95,8 @@ class Run:
         self.interrupts = Interrupts()
         self.paths: loops.LoopPaths | None = None
         self.stop_written = False
+        self.last_result: dict | None = None  # the client's last "result" event
+        self.quota_waits = 0  # in a row
 
     def start(self, req: starting.StartRequest) -> str:
         req.session = self.session
@@ -110,6 +116,7 @@ class Run:
         self.interrupts.install()
         resume = False
         while True:
+            self.last_result = None
             why = self._one_client(prompt, resume)
             if why is None:
                 return recovery.EXIT_INTERRUPTED
@@ -117,14 +124,42 @@ class Run:
             waiting = [g["name"] for g in budget.get("pending_gates") or [] if not g.get("answer")]
             iteration = int(budget.get("iterations_used", 0)) + 1
             active = loop.get("status") == loops.ACTIVE and self.interrupts.count == 0
-            action, reason = recovery.after_client(
-                active, waiting, iteration, self.counts, why, self.opts.per_iteration, self.opts.in_all
-            )
-            if action != recovery.RESUME:
-                return self._finish(action, reason, loop)
-            self.counts.add(iteration)
-            self.report("resume", reason=reason, iteration=iteration, recoveries=self.counts.total)
+            if active and not waiting and recovery.hit_usage_limit(self.last_result):
+                if not self._wait_out_usage_limit():
+                    return self._finish(recovery.END, "", control.config(self.paths))
+            else:
+                self.quota_waits = 0
+                action, reason = recovery.after_client(
+                    active, waiting, iteration, self.counts, why, self.opts.per_iteration, self.opts.in_all
+                )
+                if action != recovery.RESUME:
+                    return self._finish(action, reason, loop)
+                self.counts.add(iteration)
+                self.report("resume", reason=reason, iteration=iteration, recoveries=self.counts.total)
             prompt, resume = self.attach_again(), True
+
+    def _wait_out_usage_limit(self) -> bool:
+        """Wait until the usage limit resets, the loop's clock paused meanwhile; False when
+        the run gives up (too many waits in a row) or is interrupted, the loop then ended."""
+        if self.quota_waits >= self.opts.quota_waits:
+            reason = f"the usage limit held through {self.quota_waits} waits in a row"
+            control.end_now(self.state, self.paths.name, recovery.QUOTA_LIMIT, reason, self.session)
+            return False
+        text = str((self.last_result or {}).get("result") or "")
+        seconds = recovery.quota_wait(text, self.quota_waits, time.time(), self.opts.quota_base)
+        self.quota_waits += 1
+        self.report(
+            "quota_wait", seconds=round(seconds, 1), until=now_iso(time.time() + seconds), message=text
+        )
+        began = time.monotonic()
+        while time.monotonic() - began < seconds and not self.interrupts.count:
+            time.sleep(min(0.5, seconds))
+        waited = time.monotonic() - began
+        control.pause_clock(self.state, self.paths.name, waited, "usage limit", self.session)
+        if self.interrupts.count:
+            control.end_now(self.state, self.paths.name, "STOPPED:user_stop", "interrupted during a wait")
+            return False
+        return True
 
     def attach_again(self) -> str:
         return starting.resumed_note(control.resume(self.state, self.paths.name, self.session))
@@ -174,6 +209,7 @@ class Run:
     def _relay(self, client: Client) -> None:
         for event in client.events():
             if event.get("type") == "result":
+                self.last_result = event
                 self.report("turn_end", turns=event.get("num_turns"), cost=event.get("total_cost_usd"))
         self.report("progress", **self._progress())
 
@@ -197,8 +233,7 @@ class Run:
 
     def _timed_out(self) -> str | None:
         loop, budget = self._loop_state()
-        started = parse_iso(budget.get("started_at") or loop.get("started_at"))
         limit = budget.get("max_minutes", loop.get("max_minutes"))
-        if started is None or not isinstance(limit, (int, float)):
+        if not budget.get("started_at") or not isinstance(limit, (int, float)):
             return None
-        return "timeout" if time.time() - started > limit * 60 else None
+        return "timeout" if budgets.minutes_elapsed(budget, time.time()) > limit else None
