@@ -184,3 +184,77 @@ def test_a_usage_limit_is_waited_out_with_the_clock_paused(project, home):
     assert budget["clock_paused_seconds"] >= 1.4 and events[-1]["outcome"] == "LOOP_DONE"
     journal = (project / ".loopwright/loops/prompt/journal.jsonl").read_text()
     assert '"event":"clock"' in journal.replace(" ", "")
+
+
+@pytest.fixture
+def webhook():
+    """A local HTTP endpoint that records the JSON bodies POSTed to it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    bodies = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", bodies
+    server.shutdown()
+    server.server_close()
+
+
+def test_notifications_reach_webhooks_and_commands_and_a_failing_one_is_reported_once(
+    project, home, tmp_path, webhook
+):
+    url, bodies = webhook
+    received = tmp_path / "event.json"
+    replies = [
+        fakeapi.text("Iteration one."),
+        fakeapi.hang(20),
+        fakeapi.text("Done.\n<promise>DONE</promise>"),
+    ]
+    with fakeapi.ScriptedServer(replies) as server:
+        out, events = run(
+            project,
+            home,
+            server,
+            "ship it",
+            "--completion-promise",
+            "DONE",
+            "--notify",
+            f"webhook:{url}",
+            "--notify",
+            f"command:cat >> {received}",
+            "--notify",
+            "slack:http://127.0.0.1:9/nobody-listens",
+        )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert [b["event"] for b in bodies] == ["stall_recovered", "loop_ended"], bodies
+    assert bodies[-1]["outcome"] == "LOOP_DONE" and bodies[-1]["loop"] == "prompt"
+    lines = [json.loads(line) for line in received.read_text().replace("}{", "}\n{").splitlines()]
+    assert [e["event"] for e in lines] == ["stall_recovered", "loop_ended"]
+    failed = [e for e in events if e["event"] == "notify_failed"]
+    assert len(failed) == 1 and failed[0]["notifier"] == "slack", events
+
+
+def test_a_committed_config_cannot_make_the_runner_run_a_command(project, home, tmp_path):
+    marker = tmp_path / "pwned"
+    (project / ".loopwright.json").write_text(json.dumps({"run": {"notify": [f"command:touch {marker}"]}}))
+    with fakeapi.ScriptedServer([fakeapi.text("Done.\n<promise>DONE</promise>")]) as server:
+        out, events = run(project, home, server, "goal", "--completion-promise", "DONE")
+    assert out.returncode == 0 and not marker.exists()
+    assert "only --notify may run a command" in out.stderr
+
+
+def test_a_bad_notifier_is_one_line(project, home):
+    with fakeapi.ScriptedServer([]) as server:
+        out, _ = run(project, home, server, "goal", "--notify", "pager:123")
+    assert out.returncode == 1 and "--notify 'pager:123': use desktop" in out.stderr
+    assert not (project / ".loopwright").exists()

@@ -10,6 +10,7 @@ import click
 from loopwright.actions import start as starting
 from loopwright.cli.base import Ctx, echo, echo_json, fail
 from loopwright.core.errors import UserError
+from loopwright.runner import notify as notifiers
 from loopwright.runner import run as runner
 
 
@@ -84,6 +85,13 @@ class Reporter:
 @click.option(
     "--quota-wait", type=float, default=60.0, show_default=True, help="First wait on a usage limit (doubles)."
 )
+@click.option(
+    "--notify",
+    "notify",
+    multiple=True,
+    metavar="HOW",
+    help="desktop, webhook:URL, slack:URL or command:CMD; repeatable. Also .loopwright.json's run.notify.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
 @click.pass_obj
 def run(
@@ -96,6 +104,7 @@ def run(
     poll_seconds,
     stall_polls,
     quota_wait,
+    notify,
     as_json,
     **limits,
 ):
@@ -108,7 +117,15 @@ def run(
         fail("--poll-seconds and --quota-wait must be more than 0, --stall-polls at least 1")
     if plugin_dir is None and not runner.plugin_enabled_in_claude():
         plugin_dir = str(runner.PLUGIN_ROOT)
-    opts = runner.Options(found, claude_args, plugin_dir, poll_seconds, stall_polls, quota_base=quota_wait)
+    specs = list(notify) or _project_notifiers(obj)
+    try:
+        for spec in specs:
+            notifiers.parse(spec)
+    except UserError as exc:
+        fail(str(exc))
+    opts = runner.Options(
+        found, claude_args, plugin_dir, poll_seconds, stall_polls, quota_base=quota_wait, notify=specs
+    )
     job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json))
     try:
         if loop_name:
@@ -122,6 +139,22 @@ def run(
     except UserError as exc:
         fail(str(exc))
     sys.exit(job.go(first))
+
+
+def _project_notifiers(obj: Ctx) -> list[str]:
+    """``run.notify`` from the project's .loopwright.json: webhooks and desktop only. A
+    committed file must never make loopwright run a command (see the README's Safety)."""
+    from loopwright.state.project import project_config
+
+    config, _ = project_config(obj.state.parent)
+    specs = [s for s in (config.get("run") or {}).get("notify") or [] if isinstance(s, str)]
+    refused = [s for s in specs if not s.startswith(("webhook:", "slack:", "desktop"))]
+    for spec in refused:
+        echo(
+            f"loopwright: .loopwright.json run.notify {spec!r} ignored: only --notify may run a command",
+            err=True,
+        )
+    return [s for s in specs if s not in refused]
 
 
 COMMANDS = (run,)

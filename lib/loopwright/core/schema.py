@@ -403,5 +403,9 @@ HISTORY = Obj(
 )
 
 PROJECT_CONFIG = Obj(
-    {"tasks_file": Str(4096, null=True), "tasks": Obj({"prompt_budget_chars": Int(1, 10**6)}, null=True)},
+    {
+        "tasks_file": Str(4096, null=True),
+        "tasks": Obj({"prompt_budget_chars": Int(1, 10**6)}, null=True),
+        "run": Obj({"notify": List(Str(4096), 20)}, null=True),
+    },
 )

@@ -22,6 +22,7 @@ from loopwright.actions import start as starting
 from loopwright.core import budget as budgets
 from loopwright.core import recovery
 from loopwright.core.clock import now_iso
+from loopwright.runner import notify
 from loopwright.runner.client import Client
 from loopwright.state import loops, store
 
@@ -40,11 +41,13 @@ class Options:
         in_all: int = recovery.IN_ALL,
         quota_base: float = recovery.QUOTA_BASE,
         quota_waits: int = recovery.QUOTA_WAITS,
+        notify: tuple = (),
     ):
         self.claude, self.claude_args, self.plugin_dir = claude, tuple(claude_args), plugin_dir
         self.poll_seconds, self.stall_polls = poll_seconds, stall_polls
         self.per_iteration, self.in_all = per_iteration, in_all
         self.quota_base, self.quota_waits = quota_base, quota_waits
+        self.notify = tuple(notify)
 
 
 class Interrupts:
@@ -97,6 +100,18 @@ class Run:
         self.stop_written = False
         self.last_result: dict | None = None  # the client's last "result" event
         self.quota_waits = 0  # in a row
+        self.notifiers = notify.Notifiers(list(opts.notify), report)
+
+    def _notify(self, event: str, **fields) -> None:
+        self.notifiers.send(
+            {
+                "event": event,
+                "loop": self.paths.name,
+                "project": str(self.state.parent),
+                "at": now_iso(),
+                **fields,
+            }
+        )
 
     def start(self, req: starting.StartRequest) -> str:
         req.session = self.session
@@ -136,6 +151,8 @@ class Run:
                     return self._finish(action, reason, loop)
                 self.counts.add(iteration)
                 self.report("resume", reason=reason, iteration=iteration, recoveries=self.counts.total)
+                if why.startswith("no progress"):
+                    self._notify("stall_recovered", reason=reason, iteration=iteration)
             prompt, resume = self.attach_again(), True
 
     def _wait_out_usage_limit(self) -> bool:
@@ -148,9 +165,9 @@ class Run:
         text = str((self.last_result or {}).get("result") or "")
         seconds = recovery.quota_wait(text, self.quota_waits, time.time(), self.opts.quota_base)
         self.quota_waits += 1
-        self.report(
-            "quota_wait", seconds=round(seconds, 1), until=now_iso(time.time() + seconds), message=text
-        )
+        until = now_iso(time.time() + seconds)
+        self.report("quota_wait", seconds=round(seconds, 1), until=until, message=text)
+        self._notify("quota_wait", reason=text, until=until)
         began = time.monotonic()
         while time.monotonic() - began < seconds and not self.interrupts.count:
             time.sleep(min(0.5, seconds))
@@ -170,12 +187,14 @@ class Run:
             loop = control.config(self.paths)
         if action == recovery.WAIT_FOR_USER:
             self.report("waiting", loop=self.paths.name, reason=reason)
+            self._notify("gate_waiting", reason=reason)
             return recovery.exit_code(None, waiting=True)
         if loop.get("status") == loops.ACTIVE:  # stopped by the user before the loop could end itself
             control.end_now(self.state, self.paths.name, "STOPPED:user_stop", "the run was interrupted")
             loop = control.config(self.paths)
         outcome = loop.get("outcome")
         self.report("ended", loop=self.paths.name, outcome=outcome, reason=loop.get("end_reason"))
+        self._notify("loop_ended", outcome=outcome, reason=loop.get("end_reason"))
         return recovery.exit_code(outcome)
 
     def _loop_state(self) -> tuple[dict, dict]:
