@@ -736,3 +736,51 @@ def test_merge_that_fails_stops_loop_and_task_stays_executing(claude, project, h
     st = task_status(project)
     assert st["status"] == "executing" and "merge" in st["allowed_commands"]
     assert st["auto_signal"] is None
+
+
+# --------------------------------------------------------------------------
+# the headless runner drives a task-mode loop from its command line
+# --------------------------------------------------------------------------
+
+
+def test_loopwright_run_drives_task_auto_to_complete(project, tmp_path):
+    import sys
+
+    import claude_cli
+    from conftest import KEY_HOME
+
+    setup_task(project)
+    agent = Agent()
+    script = (
+        agent.step(plan_cmd, done="Plan written.")
+        + agent.step(check_cmd("post-plan", "PASS", "exec"), done="The plan passes.")
+        + agent.step(exec_cmd("feat", "add widget", WIDGET_V1), done="Widget implemented.")
+        + agent.step(check_cmd("post-exec", "ACCEPT", "merge"), done="Accepted.")
+        + agent.step(merge_cmd, done="Merged into main.")
+        + agent.step(report_cmd, done="Report written; the task is complete.")
+    )
+    env = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME}
+    with fakeapi.ScriptedServer(script) as server:
+        out = subprocess.run(
+            [
+                str(REPO / "bin" / "loopwright"),
+                "-C",
+                str(project),
+                "run",
+                f"/loopwright:task auto {MODULE}",
+                "--claude",
+                claude_cli.claude_binary(),
+                "--claude-arg=--dangerously-skip-permissions",
+                "--json",
+            ],
+            env=claude_cli.offline_env(server.url, tmp_path / "home", env),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert out.returncode == 0, out.stderr + out.stdout
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert events[0]["event"] == "started" and events[0]["loop"] == LOOP
+    assert events[-1]["event"] == "ended" and events[-1]["outcome"] == "LOOP_DONE", events
+    assert [n for _, n in agent.asked] == [1, 2, 3, 4, 5, 6]
+    assert task_status(project)["status"] == "complete"

@@ -108,8 +108,9 @@ def run(
     as_json,
     **limits,
 ):
-    """Run a loop unattended in a headless Claude Code client until it ends; the exit code
-    tells the outcome (0 done, 2 budget, 3 stalled, 4 stopped, 5 waiting for you)."""
+    """Run a loop unattended in a headless Claude Code client until it ends. PROMPT is a goal,
+    or a loopwright command line of any mode (e.g. "/loopwright:task auto demo"). The exit
+    code tells the outcome (0 done, 2 budget, 3 stalled, 4 stopped, 5 waiting for you)."""
     found = shutil.which(claude_bin)
     if not found:
         fail(f"Claude Code's CLI ({claude_bin}) was not found; install it or pass --claude PATH")
@@ -128,10 +129,13 @@ def run(
     )
     job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json))
     try:
+        goal = " ".join(prompt)
         if loop_name:
             first = job.attach(loop_name)
+        elif goal.lstrip().startswith("/loopwright:"):
+            first = job.command(goal.strip())
         else:
-            req = starting.StartRequest(prompt=" ".join(prompt))
+            req = starting.StartRequest(prompt=goal)
             for attr, value in limits.items():
                 if value is not None:
                     setattr(req, attr, value)

@@ -22,6 +22,7 @@ from loopwright.actions import start as starting
 from loopwright.core import budget as budgets
 from loopwright.core import recovery
 from loopwright.core.clock import now_iso
+from loopwright.core.errors import UserError
 from loopwright.runner import notify
 from loopwright.runner.client import Client
 from loopwright.state import loops, store
@@ -118,6 +119,25 @@ class Run:
         self.paths, loop = starting.start(self.state, req)
         self.report("started", loop=loop["name"], session=self.session, mode=loop["mode"])
         return starting.announcement(loop)
+
+    def command(self, text: str) -> str:
+        """Start the loop a ``/loopwright:<command> ...`` line starts (any mode's command), as the
+        UserPromptSubmit hook would for this run's session; the text the agent reads first."""
+        from loopwright.core import jsoncodec
+        from loopwright.events import slash
+
+        event = {"prompt": text, "session_id": self.session, "cwd": str(self.state.parent)}
+        answer = slash.handle(jsoncodec.dumps(event))
+        if answer is None:
+            raise UserError(f"{text.split()[0]} is not a loopwright command that starts a loop")
+        if answer.get("decision") == "block":
+            raise UserError(answer["reason"].removeprefix("loopwright: error: "))
+        name = starting.owned_active_loop(self.state, self.session)
+        if name is None:
+            raise UserError(f"{text.split()[0]} started no loop; `loopwright run` needs one to drive")
+        self.paths = loops.LoopPaths(self.state, name)
+        self.report("started", loop=name, session=self.session, command=text.split()[0])
+        return answer["hookSpecificOutput"]["additionalContext"]
 
     def attach(self, name: str) -> str:
         res = control.resume(self.state, name, self.session)
