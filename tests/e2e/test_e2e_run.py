@@ -61,9 +61,14 @@ def test_a_run_ends_when_the_loop_is_done(project, home):
         fakeapi.text("All done and checked.\n<promise>DONE</promise>"),
     ]
     with fakeapi.ScriptedServer(replies) as server:
-        out, events = run(project, home, server, "write the notes", "--completion-promise", "DONE")
+        out, events = run(
+            project, home, server, "write the notes", "--completion-promise", "DONE", "--max-dollars", "5"
+        )
     assert out.returncode == 0, out.stderr + out.stdout
     assert kinds(events) == ["started", "client", "client_exit", "ended"], events
+    client = next(e for e in events if e["event"] == "client")
+    i = client["argv"].index("--max-budget-usd")  # the client's own ceiling as a backstop
+    assert client["argv"][i + 1] == "5.00"
     assert events[-1]["outcome"] == "LOOP_DONE" and server.remaining == 0
     loop = json.loads((project / ".loopwright/loops/prompt/loop.json").read_text())
     assert loop["owner_session"] == events[0]["session"] and loop["status"] == "ended"
@@ -258,3 +263,56 @@ def test_a_bad_notifier_is_one_line(project, home):
         out, _ = run(project, home, server, "goal", "--notify", "pager:123")
     assert out.returncode == 1 and "--notify 'pager:123': use desktop" in out.stderr
     assert not (project / ".loopwright").exists()
+
+
+def start_run(project, home, server, *args):
+    """The runner as a background process whose JSON events can be read as they come."""
+    extra = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME, "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        str(REPO / "bin" / "loopwright"),
+        "-C",
+        str(project),
+        "run",
+        "--claude",
+        claude_cli.claude_binary(),
+    ]
+    cmd += ["--claude-arg=--dangerously-skip-permissions", "--poll-seconds", "0.5", "--json", *args]
+    return subprocess.Popen(
+        cmd, env=claude_cli.offline_env(server.url, home, extra), stdout=subprocess.PIPE, text=True
+    )
+
+
+def read_until(proc, kind, seen):
+    for line in proc.stdout:
+        if line.startswith("{"):
+            seen.append(json.loads(line))
+            if seen[-1]["event"] == kind:
+                return
+    raise AssertionError(f"the run ended before a {kind} event: {seen}")
+
+
+def test_ctrl_c_stops_the_loop_after_the_turn_and_twice_kills(project, home):
+    import signal
+
+    replies = [fakeapi.hang(3, fakeapi.text("Turn one, slow to arrive.")), fakeapi.text("Never needed.")]
+    with fakeapi.ScriptedServer(replies) as server:
+        proc = start_run(project, home, server, "slow work", "--stall-polls", "100", "--name", "once")
+        seen = []
+        read_until(proc, "client", seen)
+        proc.send_signal(signal.SIGINT)  # once: the stop file, read at the end of this turn
+        read_until(proc, "ended", seen)
+        assert proc.wait(timeout=60) == 4
+    assert seen[-1]["outcome"] == "STOPPED:user_stop", seen
+    assert "stop_requested" in kinds(seen)
+
+    with fakeapi.ScriptedServer([fakeapi.hang(30)]) as server:
+        proc = start_run(project, home, server, "slower work", "--stall-polls", "100", "--name", "twice")
+        seen = []
+        read_until(proc, "client", seen)
+        proc.send_signal(signal.SIGINT)
+        read_until(proc, "stop_requested", seen)
+        proc.send_signal(signal.SIGINT)  # twice: the client is killed at once
+        read_until(proc, "killed", seen)
+        assert proc.wait(timeout=60) == 130
+    loop = json.loads((project / ".loopwright/loops/twice/loop.json").read_text())
+    assert loop["status"] == "active"  # left for `loopwright run --loop twice` or a resume

@@ -65,12 +65,24 @@ class Interrupts:
         self.count += 1
 
 
-def client_argv(opts: Options, prompt: str, session: str, resume: bool) -> list[str]:
+def client_argv(
+    opts: Options, prompt: str, session: str, resume: bool, dollars_left: float | None
+) -> list[str]:
     argv = [opts.claude, "-p", prompt, "--output-format", "stream-json", "--verbose"]
     argv += ["--resume", session] if resume else ["--session-id", session]
     if opts.plugin_dir:
         argv += ["--plugin-dir", opts.plugin_dir]
+    if dollars_left is not None:  # the client's own ceiling: a backstop should a Stop go missing
+        argv += ["--max-budget-usd", f"{max(dollars_left, 0.01):.2f}"]
     return argv + list(opts.claude_args)
+
+
+def dollars_left(loop: dict, budget: dict) -> float | None:
+    """What the loop may still spend, when it has a dollar ceiling (0 means none)."""
+    ceiling = budget.get("max_dollars", loop.get("max_dollars"))
+    if not isinstance(ceiling, (int, float)) or ceiling <= 0:
+        return None
+    return float(ceiling) - float(budget.get("dollars_estimate") or 0.0)
 
 
 def plugin_enabled_in_claude() -> bool:
@@ -224,9 +236,10 @@ class Run:
 
     def _one_client(self, prompt: str, resume: bool) -> str | None:
         """Run one client until it exits or stalls; why it is gone (None: killed on request)."""
-        argv = client_argv(self.opts, prompt, self.session, resume)
+        loop, budget = self._loop_state()
+        argv = client_argv(self.opts, prompt, self.session, resume, dollars_left(loop, budget))
         client = Client(argv, dict(os.environ), str(self.state.parent))
-        self.report("client", pid=client.proc.pid, resumed=resume)
+        self.report("client", pid=client.proc.pid, resumed=resume, argv=argv[3:])
         quiet = 0
         while not client.wait(self.opts.poll_seconds):
             self._relay(client)
