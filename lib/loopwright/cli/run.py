@@ -63,6 +63,7 @@ class Reporter:
 @click.command("run")
 @click.argument("prompt", nargs=-1)
 @click.option("--loop", "loop_name", help="Drive this existing loop (any mode) instead of starting one.")
+@click.option("--session", "session_id", help="The session id to run under (default: a new one).")
 @click.option("--max-iterations", type=int, help="Iterations allowed (default: 20).")
 @click.option("--max-minutes", type=float, help="Wall-clock minutes allowed (default: 60).")
 @click.option("--max-tokens", type=int, help="Input + output tokens allowed.")
@@ -98,6 +99,7 @@ def run(
     obj: Ctx,
     prompt,
     loop_name,
+    session_id,
     claude_bin,
     claude_args,
     plugin_dir,
@@ -127,7 +129,10 @@ def run(
     opts = runner.Options(
         found, claude_args, plugin_dir, poll_seconds, stall_polls, quota_base=quota_wait, notify=specs
     )
-    job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json))
+    session = starting.clean_session(session_id) if session_id else None
+    if session_id and (session is None or not runner.is_session_id(session)):
+        fail(f"--session {session_id!r}: use a UUID such as Claude Code's session ids")
+    job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json), session)
     try:
         goal = " ".join(prompt)
         if loop_name:

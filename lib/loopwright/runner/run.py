@@ -85,6 +85,14 @@ def dollars_left(loop: dict, budget: dict) -> float | None:
     return float(ceiling) - float(budget.get("dollars_estimate") or 0.0)
 
 
+def is_session_id(text: str) -> bool:
+    """A UUID: what `claude --session-id` accepts."""
+    try:
+        return str(uuid.UUID(text)) == text.lower()
+    except ValueError:
+        return False
+
+
 def plugin_enabled_in_claude() -> bool:
     """Whether the user's Claude Code settings already enable a loopwright plugin (then
     loading this checkout too would run every hook twice)."""
@@ -104,9 +112,9 @@ def plugin_enabled_in_claude() -> bool:
 class Run:
     """One `loopwright run`: the loop, the client in use, and what happened so far."""
 
-    def __init__(self, state: Path, opts: Options, report):
+    def __init__(self, state: Path, opts: Options, report, session: str | None = None):
         self.state, self.opts, self.report = state, opts, report
-        self.session = str(uuid.uuid4())
+        self.session = session or str(uuid.uuid4())
         self.counts = recovery.Counts()
         self.interrupts = Interrupts()
         self.paths: loops.LoopPaths | None = None

@@ -1,0 +1,85 @@
+"""Where loops stand, as data: what `status --json`, the monitor's API and its page show.
+Read-only: a damaged or untrusted loop is described, never changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loopwright.core import router
+from loopwright.core.errors import UnsafePath
+from loopwright.state import loops, store
+
+
+def _mode_fields(cfg: dict) -> dict:
+    """The mode's own loop.json keys and its status words."""
+    from loopwright import modes
+
+    try:
+        mode = modes.get(cfg.get("mode"))
+    except modes.UnknownMode:
+        return {"mode_status": []}
+    return {**{k: cfg.get(k) for k in mode.config_fields}, "mode_status": mode.status_parts(cfg, {})}
+
+
+def loop_summary(paths: loops.LoopPaths) -> dict:
+    """One loop for `status`. Read-only: a damaged or untrusted loop is described, never changed."""
+    try:
+        cfg = loops.load_config(paths, move_corrupt=False)
+        if cfg is None:
+            raise loops.LoopError("it has no loop.json")
+        paths.configured(cfg)
+    except loops.UntrustedLoop as exc:
+        return {"name": paths.name, "status": "untrusted", "problem": exc.why, "trusted": False}
+    except (loops.LoopError, store.CorruptFile, UnsafePath) as exc:
+        return {"name": paths.name, "status": "damaged", "problem": str(exc), "trusted": True}
+    problem = None
+    try:
+        budget = loops.read_state(paths, "budget", move_corrupt=False) or {}
+    except (store.CorruptFile, UnsafePath) as exc:
+        budget, problem = {}, str(exc)
+    used = int(budget.get("iterations_used", 0))
+    active = cfg.get("status") == loops.ACTIVE
+    r = budget.get("router") or {}
+    return {
+        "name": cfg.get("name", paths.name),
+        "mode": cfg.get("mode"),
+        "status": loops.ACTIVE if active else loops.ENDED,
+        "outcome": cfg.get("outcome"),
+        "iteration": used + 1 if active else used,
+        "max_iterations": budget.get("max_iterations", cfg.get("max_iterations")),
+        "owner_session": cfg.get("owner_session"),
+        "started_at": cfg.get("started_at"),
+        "ended_at": cfg.get("ended_at"),
+        "last_reason": cfg.get("end_reason") if not active else r.get("last_reason"),
+        "minutes_elapsed": budget.get("minutes_elapsed", 0.0),
+        "max_minutes": budget.get("max_minutes", cfg.get("max_minutes")),
+        "tokens_in": budget.get("tokens_in", 0),
+        "tokens_out": budget.get("tokens_out", 0),
+        "max_tokens": budget.get("max_tokens", cfg.get("max_tokens")),
+        "dollars_estimate": budget.get("dollars_estimate", 0.0),
+        "max_dollars": budget.get("max_dollars", cfg.get("max_dollars")),
+        "rate_table_source": budget.get("rate_table_source"),
+        "unknown_models": budget.get("unknown_models") or [],
+        "prs_touched": budget.get("prs_touched") or [],
+        "max_prs": budget.get("max_prs", cfg.get("max_prs")),
+        "pending_gates": [g["name"] for g in budget.get("pending_gates") or [] if not g.get("answer")],
+        "gates": budget.get("gates_log") or [],
+        "pauses": r.get("pauses") or [],
+        "paused": active and r.get("last_action") == router.PAUSE,
+        "paused_at": r.get("paused_at") if active and r.get("last_action") == router.PAUSE else None,
+        "prompt": cfg.get("prompt"),
+        **_mode_fields(cfg),
+        "report": str(paths.report) if paths.report.exists() else None,
+        "trusted": True,
+        "problem": problem,
+    }
+
+
+def summaries(state: Path, name: str | None = None) -> tuple[list[dict], list[str]]:
+    """Every loop of the project whose state directory is ``state`` (or loop ``name``), and
+    the problems found, one line each."""
+    names = [loops.validate_name(name)] if name else loops.loop_names(state)
+    if name and not loops.LoopPaths(state, name).dir.is_dir():
+        raise loops.LoopError(f"no loop named {name} in {state}")
+    found = [loop_summary(loops.LoopPaths(state, n)) for n in names]
+    return found, [f"{s['name']}: {s['problem']}" for s in found if s.get("problem")]

@@ -1,0 +1,72 @@
+"""`loopwright serve`: the monitor of this machine's headless runs, with its REST API."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import click
+
+from loopwright.cli.base import Ctx, echo, fail
+
+
+@click.command("serve")
+@click.option(
+    "--port", type=int, default=8765, show_default=True, help="Port on 127.0.0.1 (0: any free one)."
+)
+@click.option(
+    "--project",
+    "projects",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="A project the monitor serves; repeatable (default: this one).",
+)
+@click.option("--claude", "claude_bin", envvar="LOOPWRIGHT_CLAUDE", help="Claude Code's CLI, for every run.")
+@click.option("--claude-arg", "claude_args", multiple=True, help="Passed to claude in every run; repeatable.")
+@click.pass_obj
+def serve(obj: Ctx, port, projects, claude_bin, claude_args) -> None:
+    """Serve the REST API of this machine's runs on 127.0.0.1 (token in the monitor's data
+    directory). Runs left behind by an earlier monitor are picked up again."""
+    try:
+        import uvicorn
+
+        from loopwright.serve import app, registry, runs, token
+    except ImportError as exc:
+        fail(f"the monitor needs its web packages ({exc.name}); reinstall: pip install -r requirements.txt")
+    home = token.data_dir()
+    secret = token.token(home)
+    reg = registry.Registry(str(home / "runs.sqlite"))
+    runner_args = (["--claude", claude_bin] if claude_bin else []) + [
+        f"--claude-arg={a}" for a in claude_args
+    ]
+    jobs = runs.Runs(reg, runner_args)
+    served = [Path(p).resolve() for p in projects] or [obj.project_dir.resolve()]
+    for note in runs.recover(reg, jobs, _loop_active):
+        echo(f"loopwright serve: {note}")
+    monitor = app.Monitor(served, reg, jobs, secret)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))  # loopback only, whatever the environment says
+    except OSError as exc:
+        fail(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); choose another --port")
+    sock.listen(128)  # connections wait in the backlog until the server takes them
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(app.make_app(monitor), log_level="warning")
+    echo(f"loopwright serve: projects {', '.join(map(str, served))}")
+    echo(f"loopwright serve: API on http://127.0.0.1:{bound}/api/ (token: {home / 'token'})", err=False)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _loop_active(row: dict) -> bool:
+    from loopwright.actions import control
+    from loopwright.state import loops
+
+    try:
+        cfg = control.config(loops.LoopPaths(Path(row["project"]) / ".loopwright", row["loop"]))
+    except Exception:
+        return False
+    return cfg.get("status") == loops.ACTIVE
+
+
+COMMANDS = (serve,)

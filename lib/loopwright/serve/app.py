@@ -1,0 +1,229 @@
+"""The monitor's REST API (Starlette): the ai-cli-task seed's task-auto endpoints, every
+loop of the registered projects, starting runs, answering gates, stopping, and a stream of
+changes. Loopback only; every call needs the bearer token; bodies are size-limited; a
+project or task directory outside the registered projects is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from loopwright.actions import control
+from loopwright.actions.overview import summaries
+from loopwright.core import jsoncodec
+from loopwright.core.errors import UserError
+from loopwright.serve.registry import Busy
+from loopwright.state import loops
+
+MAX_BODY = 64 * 1024
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class Monitor:
+    """What the API works on: the registered projects, the registry and the runs."""
+
+    def __init__(self, projects: list[Path], registry, runs, token: str):
+        self.projects = [Path(p).resolve() for p in projects]
+        self.registry, self.runs, self.token = registry, runs, token
+
+    def project(self, value: object) -> Path:
+        if not isinstance(value, str) or not value:
+            raise ApiError(400, "name the project (an absolute path)")
+        path = Path(value).resolve()
+        if path not in self.projects:
+            raise ApiError(403, f"{value} is not one of the projects this monitor serves")
+        return path
+
+    def task_dir(self, value: object) -> tuple[Path, str]:
+        """The project and module of a task directory ``<project>/TASK/<module>``."""
+        if not isinstance(value, str) or not value:
+            raise ApiError(400, "name the task directory (taskDir)")
+        path = Path(value).resolve()
+        if path.parent.name != "TASK" or path.parent.parent not in self.projects:
+            raise ApiError(403, f"{value} is not a TASK/<module> of a project this monitor serves")
+        return path.parent.parent, path.name
+
+    def loops(self) -> dict:
+        out = []
+        for project in self.projects:
+            found, problems = summaries(project / ".loopwright")
+            out.append({"project": str(project), "loops": found, "problems": problems})
+        return {"projects": out, "runs": self.registry.all()}
+
+
+async def body(request: Request) -> dict:
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise ApiError(413, f"the body is larger than {MAX_BODY} bytes")
+    try:
+        data = jsoncodec.loads(raw or b"{}")
+    except jsoncodec.DecodeError as exc:
+        raise ApiError(400, f"the body is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return data
+
+
+def limits_of(data: dict) -> dict:
+    out = {}
+    for key, alias in (
+        ("max_iterations", "maxIterations"),
+        ("max_minutes", "timeout"),
+        ("max_dollars", "maxDollars"),
+    ):
+        value = data.get(key, data.get(alias))
+        if value is not None:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ApiError(400, f"{key} must be a positive number")
+            out[key] = value
+    return out
+
+
+async def list_loops(request: Request):
+    m = request.app.state.monitor
+    return JSONResponse(m.loops())
+
+
+async def start_loop(request: Request):
+    m = request.app.state.monitor
+    data = await body(request)
+    project = m.project(data.get("project"))
+    what = data.get("command") or data.get("goal")
+    if not isinstance(what, str) or not what.strip():
+        raise ApiError(400, "give a goal, or a command such as /loopwright:task auto <module>")
+    row = m.runs.start(str(project), what, limits_of(data))
+    return JSONResponse({"run": row}, status_code=201)
+
+
+async def stop_run(request: Request):
+    m = request.app.state.monitor
+    row = m.registry.get(request.path_params["run_id"])
+    if row is None:
+        raise ApiError(404, "no such run")
+    return JSONResponse({"run": _stop(m, row)})
+
+
+async def answer_gate(request: Request):
+    m = request.app.state.monitor
+    data = await body(request)
+    project = m.project(data.get("project"))
+    for key in ("loop", "gate", "answer"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise ApiError(400, f"give {key}")
+    text = control.answer_gate(project / ".loopwright", data["loop"], None, data["gate"], data["answer"], {})
+    return JSONResponse({"result": text})
+
+
+async def task_auto(request: Request):
+    m = request.app.state.monitor
+    session = request.path_params["session"]
+    if request.method == "GET":
+        row = m.registry.live_for(session=session)
+        if row is None:
+            raise ApiError(404, "no task-auto run in this session")
+        return JSONResponse({"run": row})
+    if request.method == "DELETE":
+        row = m.registry.live_for(session=session)
+        if row is None:
+            raise ApiError(404, "no task-auto run in this session")
+        return JSONResponse({"run": _stop(m, row)})
+    data = await body(request)
+    project, module = m.task_dir(data.get("taskDir"))
+    what = f"/loopwright:task auto {module}"
+    row = m.runs.start(
+        str(project), what, limits_of(data), session=session, task_dir=str(project / "TASK" / module)
+    )
+    return JSONResponse({"run": row}, status_code=201)
+
+
+async def lookup(request: Request):
+    m = request.app.state.monitor
+    project, module = m.task_dir(request.query_params.get("taskDir"))
+    row = m.registry.live_for(task_dir=str(project / "TASK" / module))
+    if row is None:
+        raise ApiError(404, "no live run for this task directory")
+    return JSONResponse({"run": row})
+
+
+async def events(request: Request):
+    m = request.app.state.monitor
+
+    async def stream():
+        last = None
+        while not await request.is_disconnected():
+            now = jsoncodec.dumps(m.loops()).decode()
+            if now != last:
+                last = now
+                yield f"event: loops\ndata: {now}\n\n"
+            await asyncio.sleep(1.0)
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def make_app(monitor: Monitor) -> Starlette:
+    routes = [
+        Route("/api/loops", list_loops, methods=["GET"]),
+        Route("/api/loops", start_loop, methods=["POST"]),
+        Route("/api/runs/{run_id}", stop_run, methods=["DELETE"]),
+        Route("/api/gates", answer_gate, methods=["POST"]),
+        Route("/api/sessions/{session}/task-auto", task_auto, methods=["GET", "POST", "DELETE"]),
+        Route("/api/task-auto/lookup", lookup, methods=["GET"]),
+        Route("/api/events", events, methods=["GET"]),
+    ]
+    handlers = {
+        ApiError: lambda request, exc: error(exc.status, str(exc)),
+        Busy: lambda request, exc: error(409, str(exc)),
+        UserError: lambda request, exc: error(400, str(exc)),
+    }
+    app = Starlette(routes=routes, exception_handlers=handlers)
+    app.state.monitor = monitor
+    return _guarded(app, monitor)
+
+
+def _stop(m: Monitor, row: dict) -> dict:
+    if not row.get("loop"):
+        raise ApiError(409, "the run has not started its loop yet; try again in a moment")
+    paths = loops.LoopPaths(Path(row["project"]) / ".loopwright", row["loop"])
+    m.runs.stop(row, paths)
+    return m.registry.get(row["id"])
+
+
+def _guarded(app, m: Monitor):
+    """Loopback only, the bearer token on every call, no body over the limit."""
+
+    async def guarded(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        request = Request(scope, receive)
+        client = (scope.get("client") or ("", 0))[0]
+        if client not in LOOPBACK:
+            return await error(403, "the monitor answers only on this machine")(scope, receive, send)
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {m.token}".encode()):
+            return await error(401, "give the monitor's token: Authorization: Bearer <token>")(
+                scope, receive, send
+            )
+        length = request.headers.get("content-length") or "0"
+        if not length.isdigit() or int(length) > MAX_BODY:
+            return await error(413, f"the body is larger than {MAX_BODY} bytes")(scope, receive, send)
+        return await app(scope, receive, send)
+
+    return guarded

@@ -1,0 +1,74 @@
+"""`loopwright serve` as a user runs it: a real monitor process, a run started through its
+REST API driving the real Claude Code CLI against the scripted Messages API, watched
+through the API until the loop ends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+import claude_cli
+import fakeapi
+from conftest import KEY_HOME, REPO
+
+pytestmark = pytest.mark.e2e
+
+
+def call(base, token, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=30) as res:
+        return res.status, json.loads(res.read())
+
+
+def test_a_run_started_through_the_api_is_watched_to_its_end(project, tmp_path):
+    env_extra = {
+        "LOOPWRIGHT_PYTHON": sys.executable,
+        "XDG_CONFIG_HOME": KEY_HOME,
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    replies = [fakeapi.text("Working on it."), fakeapi.text("Done.\n<promise>LOOP COMPLETE</promise>")]
+    with fakeapi.ScriptedServer(replies) as server:
+        cmd = [str(REPO / "bin" / "loopwright"), "-C", str(project), "serve", "--port", "0"]
+        cmd += ["--claude", claude_cli.claude_binary(), "--claude-arg=--dangerously-skip-permissions"]
+        env = claude_cli.offline_env(server.url, tmp_path / "home", env_extra)
+        monitor = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            base = None
+            for line in monitor.stdout:
+                if "API on " in line:
+                    base = line.split("API on ")[1].split("/api/")[0]
+                    break
+            assert base, "the monitor never said where it listens"
+            token = (tmp_path / "data" / "loopwright" / "serve" / "token").read_text().strip()
+            status, made = call(
+                base, token, "POST", "/api/loops", {"project": str(project), "goal": "tidy up"}
+            )
+            assert status == 201
+            run_id = made["run"]["id"]
+            deadline, row = time.monotonic() + 120, {}
+            while time.monotonic() < deadline:
+                _, data = call(base, token, "GET", "/api/loops")
+                row = next(r for r in data["runs"] if r["id"] == run_id)
+                if row["status"] in ("ended", "stopped"):
+                    break
+                time.sleep(0.3)
+            assert row["status"] == "ended" and row["outcome"] == "LOOP_DONE", row
+            loops = data["projects"][0]["loops"]
+            assert loops[0]["outcome"] == "LOOP_DONE" and loops[0]["iteration"] == 2
+
+            req = urllib.request.Request(base + "/api/events", headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(req, timeout=30) as stream:
+                first = stream.readline().decode()
+            assert first.startswith("event: loops")
+        finally:
+            monitor.terminate()
+            monitor.wait(timeout=30)

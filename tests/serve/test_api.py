@@ -1,0 +1,153 @@
+"""The monitor's REST contract, in process: loopback only, the token, 404 and 409, the
+registered projects only, size limits; the registry and the recovery after a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from starlette.testclient import TestClient
+
+from conftest import REPO, lw_env
+from loopwright.serve import app as api
+from loopwright.serve import registry, runs
+
+TOKEN = "t" * 40
+
+
+class FakeRuns:
+    """Records what the API asked for; rows go into the real registry."""
+
+    def __init__(self, reg):
+        self.registry, self.started, self.stopped = reg, [], []
+
+    def start(self, project, what, limits, session=None, task_dir=None):
+        row = self.registry.add(session or "S-auto", project, task_dir, **runs._known(limits))
+        self.registry.update(row["id"], loop="prompt", status="running")
+        self.started.append((project, what, limits, session, task_dir))
+        return self.registry.get(row["id"])
+
+    def stop(self, row, paths):
+        self.stopped.append((row["id"], paths.name))
+
+
+@pytest.fixture
+def monitor(tmp_path, project):
+    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    (project / "TASK" / "demo").mkdir(parents=True)
+    yield api.Monitor([project], reg, FakeRuns(reg), TOKEN)
+    reg.close()
+
+
+def client(monitor, host="127.0.0.1", token=TOKEN):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return TestClient(api.make_app(monitor), client=(host, 50000), headers=headers)
+
+
+def test_the_token_is_required(monitor):
+    assert client(monitor, token=None).get("/api/loops").status_code == 401
+    assert client(monitor, token="wrong").get("/api/loops").status_code == 401
+    assert client(monitor).get("/api/loops").status_code == 200
+
+
+def test_only_this_machine_is_answered(monitor):
+    res = client(monitor, host="192.168.1.9").get("/api/loops")
+    assert res.status_code == 403 and "only on this machine" in res.json()["error"]
+
+
+def test_loops_of_the_registered_projects(monitor, project):
+    out = subprocess.run(
+        [str(REPO / "bin" / "loopwright"), "-C", str(project), "start", "--session", "S1", "goal"],
+        env=lw_env(),
+        capture_output=True,
+    )
+    assert out.returncode == 0
+    data = client(monitor).get("/api/loops").json()
+    (entry,) = data["projects"]
+    assert entry["project"] == str(project) and entry["loops"][0]["owner_session"] == "S1"
+
+
+def test_starting_a_run_and_a_second_one_in_the_same_session_or_task_is_409(monitor, project):
+    c = client(monitor)
+    task_dir = str(project / "TASK" / "demo")
+    first = c.post("/api/sessions/S9/task-auto", json={"taskDir": task_dir, "maxIterations": 4})
+    assert first.status_code == 201 and first.json()["run"]["max_iterations"] == 4
+    assert monitor.runs.started[-1][1] == "/loopwright:task auto demo"
+    assert c.post("/api/sessions/S9/task-auto", json={"taskDir": task_dir}).status_code == 409
+    assert c.post("/api/sessions/OTHER/task-auto", json={"taskDir": task_dir}).status_code == 409
+    assert c.get("/api/sessions/S9/task-auto").json()["run"]["session"] == "S9"
+    assert c.get("/api/task-auto/lookup", params={"taskDir": task_dir}).json()["run"]["session"] == "S9"
+    assert c.delete("/api/sessions/S9/task-auto").status_code == 200
+    assert monitor.runs.stopped and c.get("/api/sessions/NOPE/task-auto").status_code == 404
+
+
+def test_outside_the_registered_projects_is_refused(monitor, tmp_path):
+    c = client(monitor)
+    elsewhere = tmp_path / "other" / "TASK" / "x"
+    elsewhere.mkdir(parents=True)
+    assert c.post("/api/sessions/S1/task-auto", json={"taskDir": str(elsewhere)}).status_code == 403
+    assert c.post("/api/loops", json={"project": str(tmp_path / "other"), "goal": "g"}).status_code == 403
+    assert not monitor.runs.started
+
+
+def test_bad_bodies(monitor, project):
+    c = client(monitor)
+    assert c.post("/api/loops", content=b"{", headers={"content-type": "application/json"}).status_code == 400
+    assert c.post("/api/loops", json={"project": str(project)}).status_code == 400
+    assert (
+        c.post("/api/loops", json={"project": str(project), "goal": "g", "maxIterations": -1}).status_code
+        == 400
+    )
+    huge = {"project": str(project), "goal": "x" * (api.MAX_BODY + 1)}
+    assert c.post("/api/loops", json=huge).status_code == 413
+    assert c.delete("/api/runs/nope").status_code == 404
+
+
+def test_a_goal_starts_a_run(monitor, project):
+    res = client(monitor).post("/api/loops", json={"project": str(project), "goal": "ship", "maxDollars": 3})
+    assert res.status_code == 201
+    assert monitor.runs.started[-1][1:3] == ("ship", {"max_dollars": 3})
+
+
+def test_recovery_after_a_restart(tmp_path, project):
+    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    gone = reg.add("S1", str(project))
+    reg.update(gone["id"], loop="prompt", status="running", pid=2**22 + 12345)
+    inactive = reg.add("S2", str(project))
+    reg.update(inactive["id"], loop="other", status="running", pid=2**22 + 12346)
+    alive = reg.add("S3", str(project))
+    reg.update(alive["id"], loop="third", status="running", pid=os.getpid())
+
+    class Resumer:
+        resumed = []
+
+        def resume(self, row):
+            self.resumed.append(row["id"])
+
+    r = Resumer()
+    notes = runs.recover(reg, r, lambda row: row["loop"] == "prompt")
+    assert r.resumed == [gone["id"]] and len(notes) == 2
+    assert reg.get(inactive["id"])["status"] == "stopped" and reg.get(alive["id"])["status"] == "running"
+    reg.close()
+
+
+def test_runner_events_fold_into_the_row():
+    row = {"stall_count": 1}
+    assert runs.fold({"event": "started", "loop": "prompt"}, row) == {"status": "running", "loop": "prompt"}
+    assert runs.fold({"event": "stall"}, row) == {"stall_count": 2}
+    assert runs.fold({"event": "ended", "outcome": "LOOP_DONE", "reason": "r"}, row)["status"] == "ended"
+    assert runs.fold({"event": "quota_wait"}, row)["status"] == "waiting_quota"
+
+
+def test_the_token_file_is_private(tmp_path, monkeypatch):
+    from loopwright.serve import token
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    home = token.data_dir()
+    first = token.token(home)
+    assert token.token(home) == first and oct((home / "token").stat().st_mode & 0o777) == "0o600"
+    (home / "token").chmod(0o644)  # readable by others: replaced, never trusted
+    assert token.token(home) != first
+    assert json.dumps(first)
