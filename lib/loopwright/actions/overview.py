@@ -63,6 +63,11 @@ def loop_summary(paths: loops.LoopPaths) -> dict:
         "prs_touched": budget.get("prs_touched") or [],
         "max_prs": budget.get("max_prs", cfg.get("max_prs")),
         "pending_gates": [g["name"] for g in budget.get("pending_gates") or [] if not g.get("answer")],
+        "waiting_gates": [
+            {"name": g["name"], "question": g.get("question"), "options": g.get("options") or []}
+            for g in budget.get("pending_gates") or []
+            if not g.get("answer")
+        ],
         "gates": budget.get("gates_log") or [],
         "pauses": r.get("pauses") or [],
         "paused": active and r.get("last_action") == router.PAUSE,
@@ -73,6 +78,18 @@ def loop_summary(paths: loops.LoopPaths) -> dict:
         "trusted": True,
         "problem": problem,
     }
+
+
+def spend_by_iteration(state: Path, name: str, last: int = 50) -> list[dict]:
+    """Dollars per iteration, from the loop's history (its last ``last`` iterations)."""
+    try:
+        records, _ = store.read_jsonl(loops.LoopPaths(state, name).history)
+    except (OSError, UnsafePath, store.CorruptFile):
+        return []
+    return [
+        {"iteration": r.get("iteration"), "dollars": float(r.get("dollars_this_iter") or 0.0)}
+        for r in records[-last:]
+    ]
 
 
 def summaries(state: Path, name: str | None = None) -> tuple[list[dict], list[str]]:

@@ -54,7 +54,8 @@ def serve(obj: Ctx, port, projects, claude_bin, claude_args) -> None:
     bound = sock.getsockname()[1]
     config = uvicorn.Config(app.make_app(monitor), log_level="warning")
     echo(f"loopwright serve: projects {', '.join(map(str, served))}")
-    echo(f"loopwright serve: API on http://127.0.0.1:{bound}/api/ (token: {home / 'token'})", err=False)
+    echo(f"loopwright serve: API on http://127.0.0.1:{bound}/api/ (token: {home / 'token'})")
+    echo(f"loopwright serve: open http://127.0.0.1:{bound}/login?code={monitor.login_code()} (one use)")
     uvicorn.Server(config).run(sockets=[sock])
 
 

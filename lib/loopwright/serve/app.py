@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import secrets
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
 from starlette.routing import Route
 
 from loopwright.actions import control
-from loopwright.actions.overview import summaries
+from loopwright.actions.overview import spend_by_iteration, summaries
 from loopwright.core import jsoncodec
 from loopwright.core.errors import UserError
+from loopwright.serve import page
 from loopwright.serve.registry import Busy
 from loopwright.state import loops
 
@@ -41,6 +43,13 @@ class Monitor:
     def __init__(self, projects: list[Path], registry, runs, token: str):
         self.projects = [Path(p).resolve() for p in projects]
         self.registry, self.runs, self.token = registry, runs, token
+        self.login_codes: set[str] = set()  # one-time links to the page
+        self.sessions: dict[str, str] = {}  # the page's cookie -> its CSRF token
+
+    def login_code(self) -> str:
+        code = secrets.token_urlsafe(24)
+        self.login_codes.add(code)
+        return code
 
     def project(self, value: object) -> Path:
         if not isinstance(value, str) or not value:
@@ -63,6 +72,8 @@ class Monitor:
         out = []
         for project in self.projects:
             found, problems = summaries(project / ".loopwright")
+            for loop in found:
+                loop["spend"] = spend_by_iteration(project / ".loopwright", loop["name"])
             out.append({"project": str(project), "loops": found, "problems": problems})
         return {"projects": out, "runs": self.registry.all()}
 
@@ -129,6 +140,9 @@ async def answer_gate(request: Request):
         if not isinstance(data.get(key), str) or not data[key]:
             raise ApiError(400, f"give {key}")
     text = control.answer_gate(project / ".loopwright", data["loop"], None, data["gate"], data["answer"], {})
+    waiting = m.registry.waiting_run(str(project), data["loop"])
+    if waiting is not None:  # its runner left to wait for this answer: drive the loop again
+        m.runs.resume(waiting)
     return JSONResponse({"result": text})
 
 
@@ -187,6 +201,8 @@ def make_app(monitor: Monitor) -> Starlette:
         Route("/api/sessions/{session}/task-auto", task_auto, methods=["GET", "POST", "DELETE"]),
         Route("/api/task-auto/lookup", lookup, methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
+        Route("/", index, methods=["GET"]),
+        Route("/login", login, methods=["GET"]),
     ]
     handlers = {
         ApiError: lambda request, exc: error(exc.status, str(exc)),
@@ -206,8 +222,52 @@ def _stop(m: Monitor, row: dict) -> dict:
     return m.registry.get(row["id"])
 
 
+COOKIE = "loopwright_session"
+CSRF_HEADER = "x-loopwright-csrf"
+SAFE_METHODS = ("GET", "HEAD")
+
+
+def _allowed(request: Request, m: Monitor) -> str | None:
+    """Why ``request`` may not go on (None: it may). The API takes the bearer token; the
+    page's cookie works too, and then a state-changing call must carry the page's CSRF token."""
+    given = request.headers.get("authorization", "")
+    if given and hmac.compare_digest(given.encode(), f"Bearer {m.token}".encode()):
+        return None
+    csrf = m.sessions.get(request.cookies.get(COOKIE, ""))
+    if csrf is None:
+        return "give the monitor's token: Authorization: Bearer <token>"
+    if request.method not in SAFE_METHODS:
+        sent = request.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(sent.encode(), csrf.encode()):
+            return "this call needs the page's CSRF token"
+    return None
+
+
+async def login(request: Request):
+    """The one-time link printed at start: it opens the page and is used up."""
+    m = request.app.state.monitor
+    code = request.query_params.get("code", "")
+    if code not in m.login_codes:
+        return HTMLResponse(page.LOGIN_NEEDED, status_code=401)
+    m.login_codes.discard(code)
+    cookie, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    m.sessions[cookie] = csrf
+    res = RedirectResponse("/", status_code=303)
+    res.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/")
+    return res
+
+
+async def index(request: Request):
+    m = request.app.state.monitor
+    csrf = m.sessions.get(request.cookies.get(COOKIE, ""))
+    if csrf is None:
+        return HTMLResponse(page.LOGIN_NEEDED, status_code=401)
+    return HTMLResponse(page.render(csrf), headers={"Cache-Control": "no-store"})
+
+
 def _guarded(app, m: Monitor):
-    """Loopback only, the bearer token on every call, no body over the limit."""
+    """Loopback only, the token (or the page's cookie and CSRF token) on every API call, no
+    body over the limit."""
 
     async def guarded(scope, receive, send):
         if scope["type"] != "http":
@@ -216,11 +276,11 @@ def _guarded(app, m: Monitor):
         client = (scope.get("client") or ("", 0))[0]
         if client not in LOOPBACK:
             return await error(403, "the monitor answers only on this machine")(scope, receive, send)
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {m.token}".encode()):
-            return await error(401, "give the monitor's token: Authorization: Bearer <token>")(
-                scope, receive, send
-            )
+        if scope["path"].startswith("/api/"):
+            why = _allowed(request, m)
+            if why is not None:
+                status = 403 if "CSRF" in why else 401
+                return await error(status, why)(scope, receive, send)
         length = request.headers.get("content-length") or "0"
         if not length.isdigit() or int(length) > MAX_BODY:
             return await error(413, f"the body is larger than {MAX_BODY} bytes")(scope, receive, send)

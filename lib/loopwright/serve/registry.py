@@ -113,6 +113,14 @@ class Registry:
         rows = self._rows(f"WHERE status IN ({live}) AND {key} = ? ORDER BY created_at DESC", (value,))
         return rows[0] if rows else None
 
+    def waiting_run(self, project: str, loop: str) -> dict | None:
+        """The latest run of ``loop`` whose runner left because a gate waits for an answer."""
+        rows = self._rows(
+            "WHERE project = ? AND loop = ? AND status = 'waiting_gate' ORDER BY created_at DESC",
+            (project, loop),
+        )
+        return rows[0] if rows else None
+
     def live(self) -> list[dict]:
         live = ", ".join(f"'{s}'" for s in LIVE)
         return self._rows(f"WHERE status IN ({live}) ORDER BY created_at")

@@ -68,7 +68,7 @@ class Runs:
                 self.registry.update(run_id, **fold(event, self.registry.get(run_id) or {}))
         code = proc.wait()
         row = self.registry.get(run_id) or {}
-        if row.get("status") not in ("ended", "stopped"):
+        if row.get("status") not in ("ended", "stopped", "waiting_gate"):
             self.registry.update(run_id, status="stopped", reason=f"the runner exited with code {code}")
 
     def stop(self, row: dict, loop_paths) -> None:
@@ -96,7 +96,7 @@ def fold(event: dict, row: dict) -> dict:
     if kind == "resume":
         return {"status": "running", "quota_wait_started": None}
     if kind == "waiting":
-        return {"status": "stopped", "reason": event.get("reason")}
+        return {"status": "waiting_gate", "reason": event.get("reason")}
     if kind == "ended":
         return {"status": "ended", "outcome": event.get("outcome"), "reason": event.get("reason")}
     return {}

@@ -1,0 +1,81 @@
+"""The monitor's live page in real headless Chromium (Debian's chromium, driven by
+Playwright): a run started through the API shows up and updates, its waiting gate is
+answered with a button, and the Stop button ends it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+import claude_cli
+import fakeapi
+from conftest import KEY_HOME, REPO
+
+pytestmark = pytest.mark.e2e
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
+def test_the_page_shows_a_run_answers_its_gate_and_stops_it(project, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    env_extra = {
+        "LOOPWRIGHT_PYTHON": sys.executable,
+        "XDG_CONFIG_HOME": KEY_HOME,
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    # Iterations 1-4 answer at once; the budget gate waits after iteration 4 of 5, and the
+    # fifth answer takes its time, long enough to answer the gate and press Stop.
+    replies = [fakeapi.text(f"Iteration {i}.") for i in range(1, 5)]
+    replies.append(fakeapi.hang(12, fakeapi.text("Iteration 5, at last.")))
+    with fakeapi.ScriptedServer(replies, default=fakeapi.text("More work.")) as server:
+        cmd = [str(REPO / "bin" / "loopwright"), "-C", str(project), "serve", "--port", "0"]
+        cmd += ["--claude", claude_cli.claude_binary(), "--claude-arg=--dangerously-skip-permissions"]
+        env = claude_cli.offline_env(server.url, tmp_path / "home", env_extra)
+        monitor = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+        try:
+            base = login = None
+            for line in monitor.stdout:
+                if "API on " in line:
+                    base = line.split("API on ")[1].split("/api/")[0]
+                if "/login?code=" in line:
+                    login = line.split("open ")[1].split(" ")[0]
+                    break
+            token = (tmp_path / "data" / "loopwright" / "serve" / "token").read_text().strip()
+            req = urllib.request.Request(
+                base + "/api/loops",
+                data=json.dumps({"project": str(project), "goal": "polish", "maxIterations": 5}).encode(),
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                method="POST",
+            )
+            assert urllib.request.urlopen(req, timeout=30).status == 201
+
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                page = browser.new_page()
+                page.goto(login)
+                row = page.locator('tr[data-loop="prompt"]')
+                expect(row).to_be_visible(timeout=60_000)
+                gate = row.locator('div.gate[data-gate="budget-escalation"]')
+                expect(gate).to_be_visible(timeout=60_000)  # updated live: no reload
+                expect(row.locator("td").nth(3)).to_have_text("5/5")
+                gate.locator('button[data-answer="continue"]').click()
+                expect(gate).to_have_count(0, timeout=30_000)
+                row.locator("button.stop").click()
+                expect(row.locator("td.state")).to_have_text("ended STOPPED:user_stop", timeout=60_000)
+                # A second use of the login link opens nothing.
+                other = browser.new_page()
+                assert other.goto(login).status == 401
+                browser.close()
+        finally:
+            monitor.terminate()
+            monitor.wait(timeout=30)
+    history = (project / ".loopwright/loops/prompt/history.jsonl").read_text().splitlines()
+    answered = [g for line in history for g in json.loads(line).get("gates") or [] if g.get("answer")]
+    assert answered and answered[0]["answer"] == "continue"
