@@ -151,3 +151,21 @@ def test_the_token_file_is_private(tmp_path, monkeypatch):
     (home / "token").chmod(0o644)  # readable by others: replaced, never trusted
     assert token.token(home) != first
     assert json.dumps(first)
+
+
+def test_the_page_logs_in_once_and_its_calls_need_the_csrf_token(monitor, project):
+    c = TestClient(api.make_app(monitor), client=("127.0.0.1", 50000))
+    assert c.get("/").status_code == 401
+    code = monitor.login_code()
+    res = c.get(f"/login?code={code}", follow_redirects=False)
+    assert res.status_code == 303 and "httponly" in res.headers["set-cookie"].lower()
+    assert "samesite=strict" in res.headers["set-cookie"].lower()
+    page = c.get("/")
+    assert page.status_code == 200 and 'name="csrf"' in page.text
+    csrf = page.text.split('name="csrf" content="')[1].split('"')[0]
+    assert c.get("/api/loops").status_code == 200  # the cookie reads
+    body = {"project": str(project), "goal": "g"}
+    assert c.post("/api/loops", json=body).status_code == 403  # but changes nothing without the token
+    assert c.post("/api/loops", json=body, headers={"X-Loopwright-CSRF": csrf}).status_code == 201
+    fresh = TestClient(api.make_app(monitor), client=("127.0.0.1", 50000))
+    assert fresh.get(f"/login?code={code}").status_code == 401  # the link is used up
