@@ -1,6 +1,6 @@
 """The monitor's live page in real headless Chromium (Debian's chromium, driven by
-Playwright): a run started through the API shows up and updates, its waiting gate is
-answered with a button, and the Stop button ends it."""
+Playwright): a run started in a terminal (`loopwright run ... --max-dollars 5`) shows up and
+updates, its waiting gate is answered with a button, and the Stop button ends it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import shutil
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
@@ -40,21 +39,24 @@ def test_the_page_shows_a_run_answers_its_gate_and_stops_it(project, tmp_path):
         env = claude_cli.offline_env(server.url, tmp_path / "home", env_extra)
         monitor = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
         try:
-            base = login = None
+            login = None
             for line in monitor.stdout:
-                if "API on " in line:
-                    base = line.split("API on ")[1].split("/api/")[0]
                 if "/login?code=" in line:
                     login = line.split("open ")[1].split(" ")[0]
                     break
-            token = (tmp_path / "data" / "loopwright" / "serve" / "token").read_text().strip()
-            req = urllib.request.Request(
-                base + "/api/loops",
-                data=json.dumps({"project": str(project), "goal": "polish", "maxIterations": 5}).encode(),
-                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-                method="POST",
-            )
-            assert urllib.request.urlopen(req, timeout=30).status == 201
+            # The run is a terminal's `loopwright run`: the monitor watches it from the loop's files.
+            run = [
+                str(REPO / "bin" / "loopwright"),
+                "-C",
+                str(project),
+                "run",
+                "polish",
+                "--max-iterations",
+                "5",
+            ]
+            run += ["--claude", claude_cli.claude_binary(), "--claude-arg=--dangerously-skip-permissions"]
+            run += ["--max-dollars", "5", "--json"]
+            runner = subprocess.Popen(run, env=env, stdout=subprocess.PIPE, text=True)
 
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -73,6 +75,7 @@ def test_the_page_shows_a_run_answers_its_gate_and_stops_it(project, tmp_path):
                 other = browser.new_page()
                 assert other.goto(login).status == 401
                 browser.close()
+            assert runner.wait(timeout=60) == 4  # stopped: the exit-code table
         finally:
             monitor.terminate()
             monitor.wait(timeout=30)

@@ -30,7 +30,7 @@ class FakeRuns:
         return self.registry.get(row["id"])
 
     def stop(self, row, paths):
-        self.stopped.append((row["id"], paths.name))
+        self.stopped.append((row["id"] if row else None, paths.name))
 
 
 @pytest.fixture
@@ -169,3 +169,19 @@ def test_the_page_logs_in_once_and_its_calls_need_the_csrf_token(monitor, projec
     assert c.post("/api/loops", json=body, headers={"X-Loopwright-CSRF": csrf}).status_code == 201
     fresh = TestClient(api.make_app(monitor), client=("127.0.0.1", 50000))
     assert fresh.get(f"/login?code={code}").status_code == 401  # the link is used up
+
+
+def test_any_active_loop_can_be_stopped(monitor, project):
+    c = client(monitor)
+    body = {"project": str(project), "loop": "prompt"}
+    assert c.post("/api/loops/stop", json={"project": str(project), "loop": "../x"}).status_code == 400
+    out = subprocess.run(
+        [str(REPO / "bin" / "loopwright"), "-C", str(project), "start", "--session", "S1", "goal"],
+        env=lw_env(),
+        capture_output=True,
+    )
+    assert out.returncode == 0
+    assert c.post("/api/loops/stop", json=body).status_code == 200
+    assert monitor.runs.stopped == [(None, "prompt")]
+    subprocess.run([str(REPO / "bin" / "loopwright"), "-C", str(project), "cancel", "prompt"], env=lw_env())
+    assert c.post("/api/loops/stop", json=body).status_code == 409

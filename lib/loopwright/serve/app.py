@@ -132,6 +132,21 @@ async def stop_run(request: Request):
     return JSONResponse({"run": _stop(m, row)})
 
 
+async def stop_loop(request: Request):
+    """Stop any active loop of a served project, whoever runs it (a terminal's `loopwright
+    run`, a session): its stop file, read at its next Stop."""
+    m = request.app.state.monitor
+    data = await body(request)
+    project = m.project(data.get("project"))
+    if not isinstance(data.get("loop"), str) or not loops.is_loop_name(data["loop"]):
+        raise ApiError(400, "give the loop's name")
+    paths = loops.LoopPaths(project / ".loopwright", data["loop"])
+    if control.config(paths).get("status") != loops.ACTIVE:
+        raise ApiError(409, f"loop {data['loop']} is not active")
+    m.runs.stop(None, paths)
+    return JSONResponse({"stopping": data["loop"]})
+
+
 async def answer_gate(request: Request):
     m = request.app.state.monitor
     data = await body(request)
@@ -198,6 +213,7 @@ def make_app(monitor: Monitor) -> Starlette:
         Route("/api/loops", start_loop, methods=["POST"]),
         Route("/api/runs/{run_id}", stop_run, methods=["DELETE"]),
         Route("/api/gates", answer_gate, methods=["POST"]),
+        Route("/api/loops/stop", stop_loop, methods=["POST"]),
         Route("/api/sessions/{session}/task-auto", task_auto, methods=["GET", "POST", "DELETE"]),
         Route("/api/task-auto/lookup", lookup, methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),

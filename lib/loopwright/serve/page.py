@@ -95,9 +95,10 @@ function render(data) {
     tr.appendChild(why);
     const c = el('td'); c.appendChild(chart(l.spend || [])); tr.appendChild(c);
     const act = el('td');
-    if (run) {
+    if (l.status === 'active') {
       const b = el('button', 'Stop', 'stop');
-      b.onclick = () => call('DELETE', '/api/runs/' + run.id);
+      b.onclick = () => run ? call('DELETE', '/api/runs/' + run.id)
+                            : call('POST', '/api/loops/stop', {project: p.project, loop: l.name});
       act.appendChild(b);
     }
     tr.appendChild(act);

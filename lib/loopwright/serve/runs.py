@@ -109,6 +109,8 @@ def recover(registry: Registry, runs: Runs, loop_active) -> list[str]:
     for row in registry.live():
         if _alive(row.get("pid")):
             continue
+        if row.get("task_dir"):
+            _remove_stale_stop(Path(row["task_dir"]) / ".auto-stop")
         if row.get("loop") and loop_active(row):
             runs.resume(row)
             notes.append(f"run {row['id']}: its runner was gone; resumed loop {row['loop']}")
@@ -118,6 +120,15 @@ def recover(registry: Registry, runs: Runs, loop_active) -> list[str]:
             )
             notes.append(f"run {row['id']}: its runner was gone and its loop is not active")
     return notes
+
+
+def _remove_stale_stop(path: Path) -> None:
+    """A stop request left by the run's last life (the seed's recovery removes it)."""
+    try:
+        if not path.is_symlink():
+            path.unlink()
+    except FileNotFoundError:
+        pass
 
 
 def _alive(pid) -> bool:
