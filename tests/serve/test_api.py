@@ -185,3 +185,11 @@ def test_any_active_loop_can_be_stopped(monitor, project):
     assert monitor.runs.stopped == [(None, "prompt")]
     subprocess.run([str(REPO / "bin" / "loopwright"), "-C", str(project), "cancel", "prompt"], env=lw_env())
     assert c.post("/api/loops/stop", json=body).status_code == 409
+
+
+def test_progress_that_repeats_changes_nothing():
+    event = {"event": "progress", "iteration": 3, "max_iterations": 5}
+    first = runs.fold(event, {})
+    assert first["iteration"] == 3 and first["last_capture_hash"]
+    assert runs.fold(event, first) == {}  # the same capture: no new signal
+    assert runs.fold(dict(event, iteration=4), first)["iteration"] == 4

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import uuid
+import zlib
 from pathlib import Path
 
 from loopwright.core.clock import now_iso
@@ -88,7 +89,16 @@ def fold(event: dict, row: dict) -> dict:
     if kind == "started":
         return {"status": "running", "loop": event.get("loop")}
     if kind == "progress" and event.get("iteration") is not None:
-        return {"iteration": event["iteration"], "last_signal_at": now_iso(), "status": "running"}
+        # The seed's capture hash: what the run showed last, to tell progress from a repeat.
+        seen = f"{zlib.crc32(json.dumps(event, sort_keys=True).encode()):08x}"
+        if seen == row.get("last_capture_hash"):
+            return {}
+        return {
+            "iteration": event["iteration"],
+            "last_signal_at": now_iso(),
+            "status": "running",
+            "last_capture_hash": seen,
+        }
     if kind == "stall":
         return {"stall_count": int(row.get("stall_count") or 0) + 1}
     if kind == "quota_wait":
