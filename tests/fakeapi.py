@@ -134,6 +134,7 @@ class Reply:
     error_type: str | None = None
     error_message: str | None = None
     delay: float = 0.0  # seconds the server waits before answering (a hung response)
+    release: Any = None  # a threading.Event: with it, the answer waits for it (at most ``delay``)
     # filled in when sent
     message_id: str | None = None
     tool_use_ids: list[str] = field(default_factory=list)
@@ -197,10 +198,12 @@ def error(status: int = 529, error_type: str = "overloaded_error", message: str 
     return Reply(status=status, error_type=error_type, error_message=message)
 
 
-def hang(seconds: float, then: Reply | None = None) -> Reply:
-    """``then`` (a plain text by default), sent only after ``seconds``: a response that hangs."""
+def hang(seconds: float, then: Reply | None = None, release: threading.Event | None = None) -> Reply:
+    """``then`` (a plain text by default), sent only after ``seconds``: a response that hangs.
+    With ``release``, it is sent as soon as the test sets that event (``seconds`` at most)."""
     reply = then or text("(after a long wait)")
     reply.delay = seconds
+    reply.release = release
     return reply
 
 
@@ -224,6 +227,7 @@ def _as_reply(item: ReplyLike, request: Request) -> Reply:
         error_type=item.error_type,
         error_message=item.error_message,
         delay=item.delay,
+        release=item.release,
     )
 
 
@@ -583,7 +587,9 @@ class _Handler(BaseHTTPRequestHandler):
         req.is_helper = not body.get("tools")
         reply = self.owner._choose(req)
         req.reply = reply
-        if reply.delay:
+        if reply.release is not None:
+            reply.release.wait(reply.delay)
+        elif reply.delay:
             time.sleep(reply.delay)
         if reply.is_error:
             self._send_json(

@@ -8,6 +8,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -30,9 +32,10 @@ def test_the_page_shows_a_run_answers_its_gate_and_stops_it(project, tmp_path):
         "PYTHONUNBUFFERED": "1",
     }
     # Iterations 1-4 answer at once; the budget gate waits after iteration 4 of 5, and the
-    # fifth answer takes its time, long enough to answer the gate and press Stop.
+    # fifth answer is held back until the gate is answered and Stop pressed.
+    pressed = threading.Event()
     replies = [fakeapi.text(f"Iteration {i}.") for i in range(1, 5)]
-    replies.append(fakeapi.hang(12, fakeapi.text("Iteration 5, at last.")))
+    replies.append(fakeapi.hang(120, fakeapi.text("Iteration 5, at last."), release=pressed))
     with fakeapi.ScriptedServer(replies, default=fakeapi.text("More work.")) as server:
         cmd = [str(REPO / "bin" / "loopwright"), "-C", str(project), "serve", "--port", "0"]
         cmd += ["--claude", claude_cli.claude_binary(), "--claude-arg=--dangerously-skip-permissions"]
@@ -70,6 +73,9 @@ def test_the_page_shows_a_run_answers_its_gate_and_stops_it(project, tmp_path):
                 gate.locator('button[data-answer="continue"]').click()
                 expect(gate).to_have_count(0, timeout=30_000)
                 row.locator("button.stop").click()
+                expect(row.locator("td.state")).to_have_text("active")  # still in its turn
+                _stop_file_written(project)
+                pressed.set()
                 expect(row.locator("td.state")).to_have_text("ended STOPPED:user_stop", timeout=60_000)
                 # A second use of the login link opens nothing.
                 other = browser.new_page()
@@ -82,3 +88,11 @@ def test_the_page_shows_a_run_answers_its_gate_and_stops_it(project, tmp_path):
     history = (project / ".loopwright/loops/prompt/history.jsonl").read_text().splitlines()
     answered = [g for line in history for g in json.loads(line).get("gates") or [] if g.get("answer")]
     assert answered and answered[0]["answer"] == "continue"
+
+
+def _stop_file_written(project, within: float = 30.0) -> None:
+    stop = project / ".loopwright" / "loops" / "prompt" / "stop"
+    deadline = time.monotonic() + within
+    while not stop.exists():
+        assert time.monotonic() < deadline, "Stop wrote no stop file"
+        time.sleep(0.1)

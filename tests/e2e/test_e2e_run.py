@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -294,19 +295,22 @@ def read_until(proc, kind, seen):
 def test_ctrl_c_stops_the_loop_after_the_turn_and_twice_kills(project, home):
     import signal
 
-    replies = [fakeapi.hang(3, fakeapi.text("Turn one, slow to arrive.")), fakeapi.text("Never needed.")]
-    with fakeapi.ScriptedServer(replies) as server:
-        proc = start_run(project, home, server, "slow work", "--stall-polls", "100", "--name", "once")
+    answered = threading.Event()
+    replies = [fakeapi.hang(120, fakeapi.text("Turn one, slow to arrive."), release=answered)]
+    with fakeapi.ScriptedServer(replies, default=fakeapi.text("Never needed.")) as server:
+        proc = start_run(project, home, server, "slow work", "--stall-polls", "1000", "--name", "once")
         seen = []
         read_until(proc, "client", seen)
         proc.send_signal(signal.SIGINT)  # once: the stop file, read at the end of this turn
+        read_until(proc, "stop_requested", seen)
+        answered.set()
         read_until(proc, "ended", seen)
         assert proc.wait(timeout=60) == 4
     assert seen[-1]["outcome"] == "STOPPED:user_stop", seen
     assert "stop_requested" in kinds(seen)
 
-    with fakeapi.ScriptedServer([fakeapi.hang(30)]) as server:
-        proc = start_run(project, home, server, "slower work", "--stall-polls", "100", "--name", "twice")
+    with fakeapi.ScriptedServer([fakeapi.hang(60)]) as server:
+        proc = start_run(project, home, server, "slower work", "--stall-polls", "1000", "--name", "twice")
         seen = []
         read_until(proc, "client", seen)
         proc.send_signal(signal.SIGINT)
