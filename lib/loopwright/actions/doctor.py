@@ -17,6 +17,7 @@ from loopwright.state import loops, store
 
 PLUGIN_ROOT = Path(__file__).resolve().parents[3]  # lib/loopwright/actions/doctor.py
 PACKAGES = ("click", "portalocker", "psutil")
+SERVE_PACKAGES = ("starlette", "uvicorn")  # only `loopwright serve` needs them
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
 
@@ -46,6 +47,12 @@ def _packages() -> list[Check]:
                     "install -r requirements.txt",
                 )
             )
+    for name in SERVE_PACKAGES:
+        try:
+            version = metadata.version(name)
+            out.append(Check(OK, f"package {name}", f"{version} (for loopwright serve)"))
+        except metadata.PackageNotFoundError:
+            out.append(Check(WARN, f"package {name}", "missing: only `loopwright serve` needs it"))
     return out
 
 
