@@ -72,6 +72,28 @@ def cli(project: Path, *args: str, input: str | None = None, env: dict | None = 
     return SimpleNamespace(returncode=res.exit_code, stdout=res.stdout, stderr=res.stderr)
 
 
+def hook_stop(project: Path, session="S1", message=None, transcript=None) -> dict | None:
+    """One Stop event through the real hook launcher, as Claude Code sends it; its answer."""
+    payload = {
+        "session_id": session,
+        "transcript_path": str(transcript or project / "none.jsonl"),
+        "cwd": str(project),
+        "stop_hook_active": True,
+    }
+    if message is not None:
+        payload["last_assistant_message"] = message
+    out = subprocess.run(
+        [str(REPO / "hooks" / "stop")],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env=lw_env(CLAUDE_PROJECT_DIR=str(project)),
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if out.stdout.strip() else None
+
+
 def lw_env(**extra: str) -> dict[str, str]:
     """Environment for running bin/loopwright or the hook launchers as processes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "LOOPWRIGHT"))}

@@ -7,32 +7,16 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, cli, lw_env
+from conftest import REPO, cli, hook_stop, lw_env
 
 CLI = REPO / "bin" / "loopwright"
-STOP = REPO / "hooks" / "stop"
 
 
 lw = cli  # in-process
 
 
 def stop(project, session="S1", message="working"):
-    payload = {
-        "session_id": session,
-        "transcript_path": str(project / "none.jsonl"),
-        "cwd": str(project),
-        "stop_hook_active": True,
-        "last_assistant_message": message,
-    }
-    out = subprocess.run(
-        [str(STOP)],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env=lw_env(CLAUDE_PROJECT_DIR=str(project)),
-        timeout=60,
-    )
-    return json.loads(out.stdout) if out.stdout.strip() else None
+    return hook_stop(project, session, message)
 
 
 def snapshot(project):

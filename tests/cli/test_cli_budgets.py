@@ -5,7 +5,7 @@ redaction, the token ledger."""
 import json
 import subprocess
 
-from conftest import REPO, cli, lw_env
+from conftest import REPO, cli, hook_stop, lw_env
 
 CLI = REPO / "bin" / "loopwright"
 STOP = REPO / "hooks" / "stop"
@@ -15,25 +15,7 @@ def lw(project, *args, session=None, input=None):
     return cli(project, *args, input=input, env={"CLAUDE_CODE_SESSION_ID": session} if session else None)
 
 
-def stop(project, session="S1", message=None, transcript=None):
-    payload = {
-        "session_id": session,
-        "transcript_path": str(transcript or project / "none.jsonl"),
-        "cwd": str(project),
-        "stop_hook_active": True,
-    }
-    if message is not None:
-        payload["last_assistant_message"] = message
-    out = subprocess.run(
-        [str(STOP)],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env=lw_env(CLAUDE_PROJECT_DIR=str(project)),
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout) if out.stdout.strip() else None
+stop = hook_stop
 
 
 def loop_file(project, name, loop="prompt"):

@@ -5,14 +5,13 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO, lw_env
+from conftest import REPO, hook_stop, lw_env
 from loopwright import modes
 from loopwright.core import router
 from loopwright.state import tasks, verify
 from loopwright.state.transcript import Cursor, Increment
 
 CLI = REPO / "bin" / "loopwright"
-STOP = REPO / "hooks" / "stop"
 TOOL_FAILURE = REPO / "hooks" / "tool-failure"
 T0 = 1_800_000_000.0
 
@@ -203,22 +202,7 @@ def lw(project, *args, session="S1"):
 
 
 def stop(project, message=CLAIM):
-    payload = {
-        "session_id": "S1",
-        "transcript_path": str(project / "none.jsonl"),
-        "cwd": str(project),
-        "stop_hook_active": True,
-        "last_assistant_message": message,
-    }
-    out = subprocess.run(
-        [str(STOP)],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env=lw_env(CLAUDE_PROJECT_DIR=str(project)),
-        timeout=120,
-    )
-    return json.loads(out.stdout) if out.stdout.strip() else None
+    return hook_stop(project, message=message)
 
 
 def test_task_cli_inside_a_loop_uses_the_loops_file_and_the_hook_sees_it(project):

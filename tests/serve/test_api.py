@@ -193,3 +193,18 @@ def test_progress_that_repeats_changes_nothing():
     assert first["iteration"] == 3 and first["last_capture_hash"]
     assert runs.fold(event, first) == {}  # the same capture: no new signal
     assert runs.fold(dict(event, iteration=4), first)["iteration"] == 4
+
+
+def test_the_spend_chart_reads_only_the_end_of_a_long_history(tmp_path):
+    from loopwright.actions import overview
+
+    history = tmp_path / "loops" / "big" / "history.jsonl"
+    history.parent.mkdir(parents=True)
+    pad = "x" * 2000
+    with open(history, "w") as fh:
+        for i in range(1, 1001):  # ~2 MB, far more than the tail read
+            fh.write(json.dumps({"iteration": i, "dollars_this_iter": i / 100, "note": pad}) + "\n")
+    spend = overview.spend_by_iteration(tmp_path, "big")
+    assert [s["iteration"] for s in spend] == list(range(951, 1001))
+    assert spend[-1]["dollars"] == 10.0
+    assert overview.spend_by_iteration(tmp_path, "missing") == []

@@ -152,27 +152,14 @@ class Resumed:
 def _restore_from_history(paths: loops.LoopPaths, budget: dict) -> list[str]:
     """Counters from the last history line (sdd resume contract); started_at and
     the ceilings stay as recorded. Gate answers are kept as audit only."""
-    from loopwright.core.schema import HISTORY
+    from loopwright.core.schema import HISTORY, SNAPSHOT_COUNTERS
 
     last = store.last_jsonl_record(paths.history, spec=HISTORY)  # a damaged last line is skipped
     if not last or not isinstance(last.get("budget_snapshot"), dict):
         return []
     snap = last["budget_snapshot"]
     restored = []
-    for key in (
-        "iterations_used",
-        "prs_touched",
-        "minutes_elapsed",
-        "tokens_in",
-        "tokens_out",
-        "cache_creation_input_tokens",
-        "cache_read_input_tokens",
-        "agents_dispatched",
-        "dollars_estimate",
-        "comments_pushed",
-        "merges_attempted",
-        "qmd_failures_consecutive",
-    ):
+    for key in SNAPSHOT_COUNTERS:  # the counters a history line records
         if key in snap and budget.get(key) != snap[key]:
             budget[key] = snap[key]
             restored.append(key)

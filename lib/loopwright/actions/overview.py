@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopwright.core import router
+from loopwright.core import jsoncodec, router
 from loopwright.core.errors import UnsafePath
 from loopwright.state import loops, store
 
@@ -80,16 +80,26 @@ def loop_summary(paths: loops.LoopPaths) -> dict:
     }
 
 
+SPEND_TAIL = 256 * 1024  # history lines are a few KiB: enough for the last ones charted
+
+
 def spend_by_iteration(state: Path, name: str, last: int = 50) -> list[dict]:
-    """Dollars per iteration, from the loop's history (its last ``last`` iterations)."""
+    """Dollars per iteration of the loop's last ``last`` iterations, read from the end of
+    its history (the monitor asks every second: the whole file would grow with the loop)."""
     try:
-        records, _ = store.read_jsonl(loops.LoopPaths(state, name).history)
-    except (OSError, UnsafePath, store.CorruptFile):
+        tail = store.read_tail(loops.LoopPaths(state, name).history, SPEND_TAIL)
+    except (OSError, UnsafePath):
         return []
-    return [
-        {"iteration": r.get("iteration"), "dollars": float(r.get("dollars_this_iter") or 0.0)}
-        for r in records[-last:]
-    ]
+    lines = tail.split(b"\n")[1 if len(tail) == SPEND_TAIL else 0 :]  # the first may be cut
+    out = []
+    for raw in lines:
+        try:
+            r = jsoncodec.loads(raw) if raw.strip() else None
+        except jsoncodec.DecodeError:
+            continue  # a torn or damaged line: the chart skips it
+        if isinstance(r, dict):
+            out.append({"iteration": r.get("iteration"), "dollars": float(r.get("dollars_this_iter") or 0.0)})
+    return out[-last:]
 
 
 def summaries(state: Path, name: str | None = None) -> tuple[list[dict], list[str]]:
