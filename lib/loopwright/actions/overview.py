@@ -10,7 +10,7 @@ from loopwright.core.errors import UnsafePath
 from loopwright.state import loops, store
 
 
-def _mode_fields(cfg: dict) -> dict:
+def _mode_fields(cfg: dict, budget: dict) -> dict:
     """The mode's own loop.json keys and its status words."""
     from loopwright import modes
 
@@ -18,7 +18,17 @@ def _mode_fields(cfg: dict) -> dict:
         mode = modes.get(cfg.get("mode"))
     except modes.UnknownMode:
         return {"mode_status": []}
-    return {**{k: cfg.get(k) for k in mode.config_fields}, "mode_status": mode.status_parts(cfg, {})}
+    return {**{k: cfg.get(k) for k in mode.config_fields}, "mode_status": mode.status_parts(cfg, budget)}
+
+
+def _counters(budget: dict) -> dict:
+    """The work and review counters (sdd's budget record) that status shows."""
+    return {
+        "comments_pushed": budget.get("comments_pushed", 0),
+        "merges_attempted": budget.get("merges_attempted", 0),
+        "tracked_prs": budget.get("tracked_prs") or [],
+        "active_worktrees": budget.get("active_worktrees") or [],
+    }
 
 
 def loop_summary(paths: loops.LoopPaths) -> dict:
@@ -62,6 +72,7 @@ def loop_summary(paths: loops.LoopPaths) -> dict:
         "unknown_models": budget.get("unknown_models") or [],
         "prs_touched": budget.get("prs_touched") or [],
         "max_prs": budget.get("max_prs", cfg.get("max_prs")),
+        **_counters(budget),
         "pending_gates": [g["name"] for g in budget.get("pending_gates") or [] if not g.get("answer")],
         "waiting_gates": [
             {"name": g["name"], "question": g.get("question"), "options": g.get("options") or []}
@@ -73,7 +84,7 @@ def loop_summary(paths: loops.LoopPaths) -> dict:
         "paused": active and r.get("last_action") == router.PAUSE,
         "paused_at": r.get("paused_at") if active and r.get("last_action") == router.PAUSE else None,
         "prompt": cfg.get("prompt"),
-        **_mode_fields(cfg),
+        **_mode_fields(cfg, budget),
         "report": str(paths.report) if paths.report.exists() else None,
         "trusted": True,
         "problem": problem,

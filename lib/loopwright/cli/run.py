@@ -60,7 +60,7 @@ class Reporter:
             self.live = False
 
 
-@click.command("run")
+@click.command("run", context_settings={"ignore_unknown_options": True})
 @click.argument("prompt", nargs=-1)
 @click.option("--loop", "loop_name", help="Drive this existing loop (any mode) instead of starting one.")
 @click.option("--session", "session_id", help="The session id to run under (default: a new one).")
@@ -111,8 +111,9 @@ def run(
     **limits,
 ):
     """Run a loop unattended in a headless Claude Code client until it ends. PROMPT is a goal,
-    or a loopwright command line of any mode (e.g. "/loopwright:task auto demo"). The exit
-    code tells the outcome (0 done, 2 budget, 3 stalled, 4 stopped, 5 waiting for you)."""
+    a loopwright command line of any mode (e.g. "/loopwright:task auto demo"), or a mode and
+    its options (e.g. `loopwright run work --source github --max-prs 5`). The exit code tells
+    the outcome (0 done, 2 budget, 3 stalled, 4 stopped, 5 waiting for you)."""
     found = shutil.which(claude_bin)
     if not found:
         fail(f"Claude Code's CLI ({claude_bin}) was not found; install it or pass --claude PATH")
@@ -134,7 +135,7 @@ def run(
         fail(f"--session {session_id!r}: use a UUID such as Claude Code's session ids")
     job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json), session)
     try:
-        goal = " ".join(prompt)
+        goal = _mode_command(prompt, limits) or " ".join(prompt)
         if loop_name:
             first = job.attach(loop_name)
         elif goal.lstrip().startswith("/loopwright:"):
@@ -148,6 +149,32 @@ def run(
     except UserError as exc:
         fail(str(exc))
     sys.exit(job.go(first))
+
+
+def _mode_command(words: tuple, limits: dict) -> str | None:
+    """`run MODE OPTIONS…` as the mode's own command line, looping (``--loop``) when the
+    command offers that; None when PROMPT is a goal. A goal's words may not look like options."""
+    import shlex
+
+    from loopwright import modes
+
+    part = modes.part(words[0], "slash") if words and words[0] in modes.names() else None
+    if part is None:
+        stray = [w for w in words if w.startswith("--")]
+        if stray:
+            fail(f"no such option: {stray[0]} (a goal that starts with -- must be quoted)")
+        return None
+    known = getattr(part, "OPTIONS", {})
+    rest = list(words[1:])
+    if "--loop" in known and "--loop" not in rest:
+        rest.insert(0, "--loop")
+    for key, value in limits.items():
+        option = "--gates" if key == "gate_policy" else "--" + key.replace("_", "-")
+        if value is not None:
+            if option not in known:
+                fail(f"{option} does not apply to `run {words[0]}`")
+            rest += [option, f"{value:g}" if isinstance(value, float) else str(value)]
+    return f"/loopwright:{words[0]} " + " ".join(shlex.quote(w) for w in rest)
 
 
 def _project_notifiers(obj: Ctx) -> list[str]:

@@ -24,6 +24,8 @@ def _spend_line(s: dict) -> str:
     ]
     if s["max_prs"] or s["prs_touched"]:
         parts.append(f"PRs {len(s['prs_touched'])}" + (f"/{s['max_prs']}" if s["max_prs"] else ""))
+    if s.get("comments_pushed") or s.get("merges_attempted"):
+        parts.append(f"comments {s['comments_pushed']} · merges {s['merges_attempted']}")
     return " · ".join(parts)
 
 

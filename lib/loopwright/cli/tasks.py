@@ -8,6 +8,7 @@ import click
 
 from loopwright.actions import control
 from loopwright.cli.base import Ctx, echo, echo_json, emit, env_session
+from loopwright.core.errors import UserError
 from loopwright.state import loops
 from loopwright.state.project import STATE_DIRNAME
 
@@ -30,10 +31,23 @@ def _task_file(obj: Ctx, loop_name: str | None, project_arg: str | None = None) 
             loop_dir = control.pick_loop(state, None, session, own_only=True).dir
         except loops.LoopError:
             loop_dir = None  # this session runs no loop: the project's own registry
+    if loop_dir is not None and _works_on_project_tasks(loop_dir):
+        loop_dir = None  # e.g. a work loop grinding the project's backlog
     try:
         return taskreg.tasks_path(project, state, loop_dir, config)
     except taskreg.RegistryError as exc:
         raise loops.LoopError(str(exc)) from None
+
+
+def _works_on_project_tasks(loop_dir: Path) -> bool:
+    from loopwright import modes
+
+    paths = loops.LoopPaths(loop_dir.parent.parent, loop_dir.name)
+    try:
+        loop = loops.load_config(paths, move_corrupt=False)
+        return bool(loop and modes.for_loop(loop).project_tasks)
+    except (UserError, ValueError, OSError):  # the loop's own trouble is reported where it is used
+        return False
 
 
 @click.group()

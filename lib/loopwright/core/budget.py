@@ -138,33 +138,46 @@ def _norm_sig(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def fold_reports(budget: dict, reports: list[dict]) -> Folded:
-    prs: list[str] = []
-    folded = Folded(prs=prs)
-    touched = budget.setdefault("prs_touched", [])
+def fold_reports(budget: dict, reports: list[dict], skip: tuple = ()) -> Folded:
+    """The agent's iteration reports folded into the budget; ``skip`` names the fields
+    the loop's mode counts itself (its own observation wins over what the agent says)."""
+    folded = Folded(prs=[])
     for r in reports:
-        for pr in r.get("prs") or []:
-            if pr not in touched:
-                touched.append(pr)
-            if pr not in prs:
-                prs.append(pr)
-        folded.comments += int(r.get("comments") or 0)
-        folded.merges += int(r.get("merges") or 0)
-        folded.agents += int(r.get("agents") or 0)
+        _add_counts(budget, folded, {k: v for k, v in r.items() if k not in skip})
         if r.get("outcome") == "failure" and r.get("root_cause"):
             folded.failure = {"item": r.get("item") or "", "root_cause": r["root_cause"]}
         ext = str(r.get("external_error") or "")
         if "qmd-unreachable" in ext or r.get("exit_code") == EX_QMD_UNREACHABLE:
             folded.outage = ext or f"exit code {EX_QMD_UNREACHABLE}"
-        if r.get("tracked_prs"):
-            budget["tracked_prs"] = r["tracked_prs"]
-        if r.get("worktrees") is not None:
-            budget["active_worktrees"] = r["worktrees"]
-    budget["comments_pushed"] = budget.get("comments_pushed", 0) + folded.comments
-    budget["merges_attempted"] = budget.get("merges_attempted", 0) + folded.merges
-    budget["agents_dispatched"] = budget.get("agents_dispatched", 0) + folded.agents
     budget["qmd_failures_consecutive"] = budget.get("qmd_failures_consecutive", 0) + 1 if folded.outage else 0
     return folded
+
+
+def fold_observed(budget: dict, folded: Folded, report: dict) -> None:
+    """What the loop's mode saw the turn do (PRs, comments, merges, tracked PRs,
+    worktrees), added to the budget and to this iteration's deltas."""
+    _add_counts(budget, folded, report)
+
+
+def _add_counts(budget: dict, folded: Folded, r: dict) -> None:
+    touched = budget.setdefault("prs_touched", [])
+    for pr in r.get("prs") or []:
+        if pr not in touched:
+            touched.append(pr)
+        if pr not in folded.prs:
+            folded.prs.append(pr)
+    for key, total in (
+        ("comments", "comments_pushed"),
+        ("merges", "merges_attempted"),
+        ("agents", "agents_dispatched"),
+    ):
+        n = int(r.get(key) or 0)
+        setattr(folded, key, getattr(folded, key) + n)
+        budget[total] = budget.get(total, 0) + n
+    if r.get("tracked_prs"):
+        budget["tracked_prs"] = r["tracked_prs"]
+    if r.get("worktrees") is not None:
+        budget["active_worktrees"] = r["worktrees"]
 
 
 def repeated_failure(budget: dict, folded: Folded) -> dict | None:

@@ -15,10 +15,22 @@ DIMENSIONS = ("iterations", "minutes", "tokens", "dollars", "prs")
 class Tick:
     """What the engine tells a mode about the Stop being decided."""
 
-    __slots__ = ("iteration", "stamp", "compacted", "cancelled")
+    __slots__ = ("iteration", "stamp", "compacted", "cancelled", "answers", "gate_policy")
 
-    def __init__(self, iteration: int, stamp: str, compacted: bool = False, cancelled: bool = False):
+    def __init__(
+        self,
+        iteration: int,
+        stamp: str,
+        compacted: bool = False,
+        cancelled: bool = False,
+        answers: tuple = (),
+        gate_policy: str = "ask",
+    ):
         self.iteration, self.stamp, self.compacted, self.cancelled = iteration, stamp, compacted, cancelled
+        # The gate answers folded in at this Stop ({name, answer, item, ...}): how a mode
+        # hears the user's answer to a gate it fired. ``gate_policy`` decides gates in
+        # unattended runs (ask, continue, stop), so a mode can act on "continue" at once.
+        self.answers, self.gate_policy = tuple(answers), gate_policy
 
 
 class Step:
@@ -29,9 +41,29 @@ class Step:
     persisted state; ``handover`` is merged into it only when a next prompt is handed
     over (a paused loop has not asked for anything yet). ``completion`` says whether the
     completion sentinel may end the loop at this Stop. ``reason`` explains a continue as
-    well as an end. ``notes`` open the next prompt; ``journal`` entries are recorded."""
+    well as an end. ``notes`` open the next prompt; ``journal`` entries are recorded.
 
-    __slots__ = ("outcome", "reason", "state", "handover", "completion", "notes", "journal")
+    ``fired`` names the stop condition behind ``outcome`` for the history line.
+    ``gates`` are gates the mode fires ({name, question, options, ...}); the engine asks
+    them like its own, under the gate policy, and hands the answers back in a later
+    ``Tick.answers``. ``counted`` False says the turn that just ended did no work of the
+    loop (it waited, or asked a gate): it does not count against --max-iterations, though
+    its time and spend do. ``report`` is what the mode itself saw the turn do, folded like
+    an agent's ``loopwright report`` (prs, comments, merges, tracked_prs, worktrees)."""
+
+    __slots__ = (
+        "outcome",
+        "reason",
+        "state",
+        "handover",
+        "completion",
+        "notes",
+        "journal",
+        "fired",
+        "gates",
+        "counted",
+        "report",
+    )
 
     def __init__(
         self,
@@ -43,11 +75,18 @@ class Step:
         completion: bool = True,
         notes: list[str] | None = None,
         journal: list[dict] | None = None,
+        fired: list[str] | None = None,
+        gates: list[dict] | None = None,
+        counted: bool = True,
+        report: dict | None = None,
     ):
         self.outcome, self.reason, self.state, self.handover = outcome, reason, state, handover
         self.completion = completion
         self.notes = list(notes or [])
         self.journal = list(journal or [])
+        self.fired = list(fired or [])
+        self.gates = list(gates or [])
+        self.counted, self.report = counted, report
 
 
 class PromptParts:
@@ -77,6 +116,10 @@ class Mode:
     counted: tuple = DIMENSIONS  # the DIMENSIONS whose ceilings stop this mode's loops
     config_fields: dict = {}  # schema specs of the mode's own keys in loop.json
     state_spec = None  # schema spec of the mode's persisted state (budget.json "mode_state")
+    # Report fields the mode counts itself (Step.report): the agent's values are ignored.
+    self_counted: tuple = ()
+    # True: the loop works on the project's task registry, not on a task list of its own.
+    project_tasks = False
 
     def begin(self, config: dict, project: str, stamp: str) -> dict | None:
         """Check a start request's mode settings (``config`` holds the mode's keys and the

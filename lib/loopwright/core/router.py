@@ -175,7 +175,15 @@ class _Tick:
         self.stamp = now_iso(snap.now)
         self.rejected: str | None = None
         self.backprop_new: dict | None = None
-        self.tick = Tick(self.iteration, self.stamp, compacted=snap.turn.compacted, cancelled=snap.cancelled)
+        self.tick = Tick(
+            self.iteration,
+            self.stamp,
+            compacted=snap.turn.compacted,
+            cancelled=snap.cancelled,
+            gate_policy=snap.loop.get("gate_policy") or "ask",
+        )
+        self.answers: list[dict] = []  # gates answered since the last Stop, for the mode
+        self.counted = True  # whether the turn that ended counts as an iteration (the mode says)
         self.pending: list[dict] = []  # gates still waiting for an answer after this tick
         self.folded: budgets.Folded | None = None
         self.delta: dict = {}
@@ -217,7 +225,7 @@ def decide(snap: Snapshot) -> Decision:
     if t.rejected:
         history["completion_rejected"] = t.rejected
     return (
-        _fire_gates(t, before, history)
+        _fire_gates(t, before, history, mstep.gates)
         or _pause_for_gates(t, history)
         or _pause_for_block_cap(t, history)
         or _next_prompt(t, mstep, history)
@@ -248,7 +256,7 @@ def _fold_turn(t: _Tick) -> dict:
     b["cursor"] = snap.turn.cursor.to_dict()
     t.dollars_before = float(b.get("dollars_estimate", 0.0))
     _price(t, snap.rates or table(None))
-    t.folded = budgets.fold_reports(b, list(snap.reports))
+    t.folded = budgets.fold_reports(b, list(snap.reports), skip=snap.mode.self_counted)
     b["iterations_used"] = t.iteration
     for note in snap.turn.notes:
         t.journal.append({"event": "transcript", "note": note})
@@ -277,7 +285,7 @@ def _ending(t: _Tick, mstep) -> tuple[str | None, str, list[str]]:
     """The mode's own end, else completion (before any budget), else the 100% stops."""
     snap = t.snap
     if mstep.outcome and not snap.cancelled:
-        return mstep.outcome, mstep.reason, [f"{snap.mode.name}_lifecycle"]
+        return mstep.outcome, mstep.reason, mstep.fired or [f"{snap.mode.name}_lifecycle"]
     claimed, where = completion_claimed(snap) if mstep.completion else (False, "")
     return _stop_conditions(t, claimed, where, t.folded, mstep.completion)
 
@@ -307,14 +315,17 @@ def _history(t: _Tick, outcome: str | None, fired: list[str]) -> dict:
         "gates": t.gates_record,
         "stop_conditions_fired": fired,
     }
+    if not t.counted:
+        history["counted"] = False  # a wait or a gate turn: time and spend, no iteration
     t.router["iteration_started_at"] = t.stamp
     t.router["last_tick_at"] = t.stamp
     return history
 
 
-def _fire_gates(t: _Tick, before: dict, history: dict) -> Decision | None:
-    """The 80% budget escalation and the repeated-failure gate, under the gate policy.
-    Returns the stop when the policy is stop; asked gates wait in pending_gates."""
+def _fire_gates(t: _Tick, before: dict, history: dict, mode_gates: list[dict]) -> Decision | None:
+    """The 80% budget escalation, the repeated-failure gate and the mode's own gates,
+    under the gate policy. Returns the stop when the policy is stop; asked gates wait in
+    pending_gates."""
     b = t.budget
     fresh: list[dict] = []
     crossed = budgets.crossed(before, b, _uncounted(t.snap))
@@ -323,6 +334,7 @@ def _fire_gates(t: _Tick, before: dict, history: dict) -> Decision | None:
     failure = budgets.repeated_failure(b, t.folded)
     if failure:
         fresh.append(gates.repeated_failure(failure))
+    fresh += mode_gates
     policy = t.loop.get("gate_policy") or "ask"
     for gate in fresh:
         if policy == "stop":
@@ -441,10 +453,19 @@ def _next_prompt(t: _Tick, mstep, history: dict) -> Decision:
 
 def _mode_step(t: _Tick):
     """The mode's part of the decision, folded into the tick."""
+    t.tick.answers = tuple(t.answers)
     step = t.snap.mode.step(t.budget.get("mode_state"), t.snap.observation, t.tick)
-    t.budget["mode_state"] = step.state
+    b = t.budget
+    b["mode_state"] = step.state
     t.notes += step.notes
     t.journal += step.journal
+    if step.report:
+        budgets.fold_observed(b, t.folded, step.report)
+    if not step.counted:
+        t.counted = False
+        t.iteration -= 1
+        b["iterations_used"] = t.iteration
+        t.tick.iteration = t.iteration
     return step
 
 
@@ -515,6 +536,7 @@ def _apply_answers(t: _Tick) -> tuple[str | None, str, list[str]]:
             still.append(gate)
             continue
         t.record_gate(gate, answer, gate.get("answered_by") or "user")
+        t.answers.append(gate)
         if answer == "stop":
             b["pending_gates"] = []
             return (

@@ -388,7 +388,7 @@ SNAPSHOT_COUNTERS = {
 
 HISTORY = Obj(
     {
-        "iteration": Int(1, 10**7),
+        "iteration": Int(0, 10**7),  # 0: a wait or gate turn before the first counted iteration
         "outcome": Str(256),
         "budget_snapshot": Obj(SNAPSHOT_COUNTERS),
         "tracked_prs": List(PR_RECORD, 10_000),

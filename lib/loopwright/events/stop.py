@@ -280,7 +280,8 @@ def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str]):
     if problem:
         notes.append(f"loopwright: {problem}")
     try:
-        path = taskreg.tasks_path(project, paths.state, paths.dir, config)
+        own = None if modes.for_loop(loop).project_tasks else paths.dir
+        path = taskreg.tasks_path(project, paths.state, own, config)
     except taskreg.RegistryError as exc:
         notes.append(f"loopwright: {exc}")
         path = paths.tasks

@@ -17,6 +17,8 @@ DEFAULT = "prompt"  # what /loopwright:loop and `loopwright start` run
 REGISTRY = {
     "prompt": "loopwright.modes.prompt",
     "task": "loopwright.modes.task",
+    "work": "loopwright.modes.work",
+    "review": "loopwright.modes.review",
 }
 
 

@@ -37,17 +37,22 @@ def tick_record(loop: dict, decision, snap, journal_entries: list[dict], redacti
     """The commit record of a decision: everything the effects need, redacted once."""
     h = decision.history or {}
     task = next((r.get("task") for r in reversed(snap.reports) if r.get("task")), None)
+    tick_id = f"{decision.iteration}-{os.urandom(6).hex()}"  # not uuid: its import costs ~3 ms
+    history = claudemd.redact(h, redactions)
+    if history:
+        history["tick"] = tick_id  # what makes appending the line idempotent
     return {
-        "id": f"{decision.iteration}-{os.urandom(6).hex()}",  # not uuid: its import costs ~3 ms
+        "id": tick_id,
         "iteration": decision.iteration,
         "action": decision.action,
         "outcome": decision.outcome,
         "reason": claudemd.redact(decision.reason, redactions),
         "session": snap.session_id,
-        "history": claudemd.redact(h, redactions),
+        "history": history,
         "journal": journal_entries,
         "ledger": {
             "task": task,
+            "iterations": 0 if h.get("counted") is False else 1,
             "tokens_in": h.get("tokens_in_this_iter", 0),
             "tokens_out": h.get("tokens_out_this_iter", 0),
             "cache_creation_input_tokens": h.get("cache_creation_tokens_this_iter", 0),
@@ -68,7 +73,18 @@ def applied(budget: dict, ledger: dict | None, loop: dict) -> bool:
         return True
     if rec.get("action") == "stop":
         return loop.get("status") != loops.ACTIVE
-    return int((ledger or {}).get("iteration") or 0) >= int(rec.get("iteration") or 0)
+    return _seen(ledger or {}, rec)
+
+
+def _seen(record: dict | None, rec: dict) -> bool:
+    """Whether a history line or the ledger already holds the tick ``rec``: by the tick's
+    id (a wait turn shares its iteration number with the turn before), or by the iteration
+    number for what versions without tick ids wrote."""
+    if record is None:
+        return False
+    if record.get("tick") is not None:
+        return record["tick"] == rec["id"]
+    return int(record.get("iteration") or 0) >= int(rec.get("iteration") or 0)
 
 
 def finish(paths: loops.LoopPaths, loop: dict, budget: dict, ledger: dict | None, redactions) -> str | None:
@@ -110,7 +126,7 @@ def _history(paths: loops.LoopPaths, rec: dict) -> None:
     except UnsafePath:
         _set_aside(paths, paths.history, rec)
         last = None
-    if last is None or int(last.get("iteration") or 0) < rec["iteration"]:
+    if rec["history"] and not _seen(last, rec):
         store.append_jsonl(paths.history, rec["history"])
 
 
@@ -200,16 +216,17 @@ def _end(paths: loops.LoopPaths, loop: dict, budget: dict, rec: dict, redactions
 def _ledger(paths: loops.LoopPaths, rec: dict, ledger: dict | None, loop: dict) -> None:
     """Token tallies per session and per task (the latest task an iteration report named)."""
     ledger = dict(ledger or {})
-    if int(ledger.get("iteration") or 0) >= rec["iteration"]:
+    if _seen(ledger, rec):
         return
-    delta = dict(rec["ledger"], iterations=1)
+    delta = dict(rec["ledger"])
+    delta.setdefault("iterations", 1)
     task = delta.pop("task", None) or ledger.get("current_task") or loop["name"]
     ledger["current_task"] = task
     for kind, key in (("sessions", rec["session"]), ("tasks", task)):
         slot = ledger.setdefault(kind, {}).setdefault(key, {})
         for k, v in delta.items():
             slot[k] = round(slot.get(k, 0) + v, 6) if k == "dollars" else slot.get(k, 0) + v
-    ledger["iteration"] = rec["iteration"]
+    ledger["iteration"], ledger["tick"] = rec["iteration"], rec["id"]
     # Not flushed: history and journal were (they come first), and a ledger that lost this
     # write after a crash makes recover() apply the tick again, which is idempotent.
     store.write_json(paths.ledger, ledger, durable=False)

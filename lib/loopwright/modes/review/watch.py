@@ -1,0 +1,152 @@
+"""Review mode's edge: reading the watched pull request through ``gh``, waiting for it to
+move, and merging it. The rules are in pr.py, the decisions in mode.py."""
+
+from __future__ import annotations
+
+import time
+
+from loopwright.core import jsoncodec
+from loopwright.core.clock import now_iso
+from loopwright.modes import gh
+from loopwright.modes.review import pr as prs
+from loopwright.state import store
+from loopwright.state.fspath import Path
+
+WAIT_FILE = "review-wait.json"  # the agent ran `loopwright review wait` (and what it saw)
+MERGE_FILE = "review-merge.json"  # `loopwright review merge` wants the post-feedback-merge gate
+MARKER_LIMIT = 64 * 1024
+
+
+class Observation:
+    __slots__ = ("view", "waited", "merge_request")
+
+    def __init__(self, view: prs.PrView, waited: dict | None, merge_request: dict | None):
+        self.view, self.waited, self.merge_request = view, waited, merge_request
+
+
+def client(cfg: dict) -> gh.Gh:
+    return gh.Gh(gh.Repo.from_dict(cfg.get("repo") or {}))
+
+
+def _login(item: dict) -> str:
+    user = item.get("user") if isinstance(item.get("user"), dict) else {}
+    return str(user.get("login") or "")
+
+
+def is_agent(login: str, cfg: dict) -> bool:
+    return login == cfg.get("login") or login in (cfg.get("agents") or []) or login.endswith("[bot]")
+
+
+def read(cfg: dict) -> prs.PrView:
+    """The PR, its checks, what others said and what the loop's login pushed."""
+    number = int(cfg["pr"])
+    try:
+        c = client(cfg)
+        base = c.repo.path(f"pulls/{number}")
+        pull = c.api(base)
+        view = _pull(number, pull)
+        runs = c.api(c.repo.path(f"commits/{view.head}/check-runs")) if view.head else {}
+        view.checks = [
+            {"name": str(r.get("name")), "status": r.get("status"), "conclusion": r.get("conclusion")}
+            for r in (runs or {}).get("check_runs") or []
+            if isinstance(r, dict)
+        ]
+        said = (
+            [(x, "review") for x in c.api(base + "/reviews", paginate=True) or []]
+            + [(x, "review-comment") for x in c.api(base + "/comments", paginate=True) or []]
+            + [(x, "comment") for x in c.api(c.repo.path(f"issues/{number}/comments"), paginate=True) or []]
+        )
+        _said(view, said, cfg)
+        commits = c.api(base + "/commits", paginate=True) or []
+        view.commits = [
+            {"sha": str(x.get("sha")), "at": _commit_at(x)} for x in commits if isinstance(x, dict)
+        ]
+    except gh.GhError as exc:
+        return prs.PrView(number, problem=str(exc))
+    return view
+
+
+def _pull(number: int, pull) -> prs.PrView:
+    if not isinstance(pull, dict):
+        raise gh.GhError(f"gh api gave no pull request #{number}")
+    view = prs.PrView(number)
+    view.state = prs.MERGED if pull.get("merged") or pull.get("merged_at") else str(pull.get("state") or "")
+    head = pull.get("head") if isinstance(pull.get("head"), dict) else {}
+    view.head, view.branch = str(head.get("sha") or "")[:64], str(head.get("ref") or "")
+    view.labels = [str(lb.get("name")) for lb in pull.get("labels") or [] if isinstance(lb, dict)]
+    return view
+
+
+def _said(view: prs.PrView, said: list, cfg: dict) -> None:
+    for item, kind in said:
+        if not isinstance(item, dict):
+            continue
+        login = _login(item)
+        if is_agent(login, cfg):
+            if login == cfg.get("login") and (kind != "review" or (item.get("body") or "").strip()):
+                view.mine += 1
+            continue
+        at = str(item.get("submitted_at") or item.get("created_at") or "")
+        approve = kind == "review" and item.get("state") == "APPROVED"
+        view.feedback.append({"author": login, "at": at, "kind": kind, "approve": approve})
+
+
+def _commit_at(item: dict) -> str:
+    commit = item.get("commit") if isinstance(item.get("commit"), dict) else {}
+    who = commit.get("committer") if isinstance(commit.get("committer"), dict) else {}
+    return str(who.get("date") or "")
+
+
+def observe(loop: dict, loop_dir: Path) -> Observation:
+    cfg = loop.get("review") or {}
+    return Observation(read(cfg), _marker(loop_dir / WAIT_FILE), _marker(loop_dir / MERGE_FILE))
+
+
+def _marker(path: Path) -> dict | None:
+    try:
+        raw = store.read_regular(path, MARKER_LIMIT)
+        data = jsoncodec.loads(raw) if raw is not None else None
+    except (ValueError, OSError, jsoncodec.DecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_marker(loop_dir: Path, name: str, data: dict) -> None:
+    store.write_json(loop_dir / name, dict(data, at=now_iso()), durable=False)
+
+
+def wait(cfg: dict, baseline: dict, max_wait: float, poll: float, tick=time.sleep) -> tuple[str, prs.PrView]:
+    """Poll the PR until it moves away from ``baseline`` (head, what others said, CI in
+    flight) or ``max_wait`` seconds pass; what changed, and the last reading."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        view = read(cfg)
+        changed = _changed(view, baseline, cfg)
+        if changed:
+            return changed, view
+        if time.monotonic() + poll > deadline:
+            return "", view
+        tick(poll)
+
+
+def _changed(view: prs.PrView, baseline: dict, cfg: dict) -> str:
+    if view.problem:
+        return ""  # a failed reading is not a change: keep waiting
+    end = prs.terminal(view, cfg.get("hold_label") or "")
+    if end:
+        return f"PR #{view.number} {end}"
+    if view.head != baseline.get("head"):
+        return f"new commits on PR #{view.number} (head {view.head[:12]})"
+    if view.activity() != baseline.get("activity"):
+        return f"new reviews or comments on PR #{view.number}"
+    if baseline.get("ci") and not prs.ci_running(view):
+        return f"CI finished on PR #{view.number}"
+    return ""
+
+
+def merge(cfg: dict, head: str) -> str:
+    """Merge the PR at ``head`` (GitHub refuses if the head moved meanwhile)."""
+    c = client(cfg)
+    method = cfg.get("merge_method") or "squash"
+    answer = c.api(c.repo.path(f"pulls/{int(cfg['pr'])}/merge"), "PUT", {"sha": head, "merge_method": method})
+    return str((answer or {}).get("message") or "merged")

@@ -1,0 +1,252 @@
+"""Work mode behind the mode interface: grind a backlog one item per iteration (sdd
+SPEC-0020 ``/sdd:work --loop``). At every Stop the mode reads the backlog, and its pure
+``step`` decides: the backlog-empty and dependency-cycle stops, the in-progress skip,
+the backlog-drift and ambiguous-criteria gates, and the next item. The completion
+sentinel plays no part: the loop ends when nothing workable is left, or on a budget
+(PRs touched included)."""
+
+from __future__ import annotations
+
+from loopwright.core import gates, schema
+from loopwright.core.errors import LoopError
+from loopwright.core.modeapi import Mode, PromptParts, Step, Tick
+from loopwright.modes.work import backlog, prompts, source
+
+BACKLOG_EMPTY = "BACKLOG_EMPTY"
+DEPENDENCY_CYCLE = "DEPENDENCY_CYCLE"
+EXTERNAL_UNREACHABLE = "EXTERNAL_UNREACHABLE"
+READ_FAILURES_LIMIT = 2  # backlog reads failing in a row before the loop stops (sdd's outage rule)
+SURVEY, WORK, GATE = "survey", "work", "gate"
+IDS = schema.List(schema.Str(64), 10_000, null=True)
+
+
+class WorkMode(Mode):
+    name = "work"
+    summary = "grind a backlog (tasks or GitHub issues) one item per iteration"
+    defaults = {"max_iterations": 5, "max_minutes": 60, "max_prs": 20}
+    project_tasks = True  # the backlog is the project's task registry, not a list of the loop's own
+    config_fields = {
+        "work": schema.Obj(
+            {
+                "source": schema.Str(16, choices=source.SOURCES),
+                "repo": schema.Obj({"host": schema.Str(300), "slug": schema.Str(300)}, null=True),
+                "labels": schema.List(schema.Str(200), 50),
+                "milestone": schema.Int(1, 10**9, null=True),
+                "assignee": schema.Str(100, null=True),
+                "login": schema.Str(100, null=True),
+                "in_progress_label": schema.Str(200, null=True),
+            },
+            required=("source",),
+        )
+    }
+    state_spec = schema.Obj(
+        {
+            "turn": schema.Str(16, choices=(SURVEY, WORK, GATE)),
+            "current": schema.Str(64, null=True),
+            "snapshot": IDS,
+            "order": IDS,
+            "handled": IDS,
+            "skipped": IDS,
+            "approved": IDS,
+            "escalate": IDS,
+            "failures": schema.Int(0, 10**6),
+        },
+        null=True,
+    )
+
+    def begin(self, config: dict, project: str, stamp: str) -> dict | None:
+        if not isinstance(config.get("work"), dict):
+            raise LoopError("a work loop starts from /loopwright:work --loop, which names its backlog")
+        return {"turn": SURVEY, "handled": [], "skipped": [], "approved": [], "escalate": [], "failures": 0}
+
+    def first_prompt(self, loop: dict, state: dict | None) -> str:
+        return prompts.survey(loop)
+
+    def observe(self, loop: dict) -> source.View:
+        return source.read(loop)
+
+    def step(self, state: dict | None, observation, tick: Tick) -> Step:
+        st = dict(state or {})
+        counted = st.get("turn") == WORK
+        if observation is None:
+            return Step(state=st, completion=False, counted=counted)
+        notes = _apply_answers(st, tick)
+        report = _observed(observation, st)
+        if observation.problem:
+            return _unreadable(st, observation.problem, counted, report)
+        st["failures"] = 0
+        if st.get("awaiting"):  # a gate of ours still waits for its answer
+            return _step(st, counted, report, notes, handover={"turn": GATE})
+        return _decide(st, observation, tick, counted, report, notes)
+
+    def prompt(self, loop: dict, state: dict | None, parts: PromptParts, tick: Tick) -> str:
+        return prompts.next_prompt(loop, state or {}, parts, tick)
+
+    def status_parts(self, loop: dict, budget: dict) -> list:
+        st = budget.get("mode_state") or {}
+        where = prompts.source_name(loop)
+        return [f"{st['current']} of {where}" if st.get("current") else where]
+
+    def outcome_text(self, loop: dict, outcome: str) -> str | None:
+        if outcome == BACKLOG_EMPTY:
+            return f"the backlog ({prompts.source_name(loop)}) has no workable item left"
+        return None
+
+
+def _step(st: dict, counted: bool, report: dict, notes: list[str], **kw) -> Step:
+    return Step(state=st, completion=False, counted=counted, report=report, notes=notes, **kw)
+
+
+def _apply_answers(st: dict, tick: Tick) -> list[str]:
+    """The user's answers to the gates this mode asked (a stop is the engine's)."""
+    notes: list[str] = []
+    waiting = st.get("awaiting") or {}
+    for ans in tick.answers:
+        if ans.get("name") == waiting.get("gate"):
+            notes += _answered(st, waiting, ans.get("answer"))
+            st["awaiting"] = None
+    return notes
+
+
+def _answered(st: dict, waiting: dict, answer: str | None) -> list[str]:
+    item = waiting.get("item")
+    if waiting["gate"] == gates.BACKLOG_DRIFT:
+        if answer == "re-propose":
+            st["order"] = None  # the next pick follows the backlog as it is now
+            return ["the user chose re-propose: the next item is chosen from the backlog as it is now."]
+        return ["the user chose continue: the loop keeps the order it had proposed."]
+    if answer == "proceed":
+        st["approved"] = _add(st.get("approved"), item)
+        return [f"the user chose proceed: work on {item} with your best reading of its criteria."]
+    if answer in ("skip", "escalate"):
+        st["skipped"] = _add(st.get("skipped"), item)
+        if answer == "escalate":
+            st["escalate"] = _add(st.get("escalate"), item)
+        return [f"the user chose {answer} for {item}; it is left out of this loop."]
+    return []
+
+
+def _add(ids: list | None, item: str | None) -> list:
+    ids = list(ids or [])
+    if item and item not in ids:
+        ids.append(item)
+    return ids
+
+
+def _unreadable(st: dict, problem: str, counted: bool, report: dict) -> Step:
+    st["failures"] = int(st.get("failures") or 0) + 1
+    if st["failures"] >= READ_FAILURES_LIMIT:
+        reason = f"the backlog could not be read {st['failures']} times in a row: {problem}"
+        return _step(
+            st, counted, report, [], outcome=EXTERNAL_UNREACHABLE, reason=reason, fired=["backlog_unreadable"]
+        )
+    note = f"the backlog could not be read ({problem}); loopwright tries again when this turn ends."
+    return _step(st, counted, report, [note], handover={"turn": SURVEY})
+
+
+def _decide(st: dict, view: source.View, tick: Tick, counted: bool, report: dict, notes: list[str]) -> Step:
+    """Stops first (cycle, empty), then drift, then the pick and its criteria."""
+    loop_cycle = backlog.cycle(view.items)
+    if loop_cycle:
+        edges = backlog.describe_cycle(loop_cycle)
+        reason = f"Dependency cycle detected: {edges} — please resolve manually"
+        return _step(
+            st, counted, report, notes, outcome=DEPENDENCY_CYCLE, reason=reason, fired=["dependency_cycle"]
+        )
+    workable, passed = backlog.split(view.items, st.get("skipped") or [])
+    notes += [f"not picked: {item_id}, {why}." for item_id, why in passed[:20]]
+    if not workable:
+        used = tick.iteration if counted else tick.iteration - 1
+        reason = f"Backlog empty — {used} iteration{'s' if used != 1 else ''} used"
+        return _step(
+            st, counted, report, notes, outcome=BACKLOG_EMPTY, reason=reason, fired=["backlog_empty"]
+        )
+    # Drift is judged on every open item in scope, so an item the loop's own work unblocked
+    # is not news; items others added, closed or took are.
+    ids = [i["id"] for i in view.items if not i.get("in_progress") or i["id"] in (st.get("handled") or [])]
+    added, removed = backlog.drift(st.get("snapshot"), ids, st.get("handled") or [])
+    st["snapshot"] = ids
+    if added or removed:
+        gate = _drift_gate(added, removed)
+        if tick.gate_policy != "continue":
+            st["awaiting"] = {"gate": gate["name"]}
+            return _step(st, counted, report, notes + [gate["detail"]], gates=[gate], handover={"turn": GATE})
+        notes.append(gate["detail"] + " (the gate policy continues with the order proposed before)")
+        return _pick(st, workable, tick, counted, report, notes, [gate])
+    return _pick(st, workable, tick, counted, report, notes, [])
+
+
+def _pick(st, workable, tick, counted, report, notes, decided: list[dict]) -> Step:
+    """The item to hand over, unless its criteria need the user first. ``decided`` holds
+    gates the policy already answered this tick (recorded by the engine)."""
+    item = backlog.pick(workable, st.get("current"), st.get("order"))
+    vague = backlog.ambiguous(item, needs_section=item["id"].startswith("#"))
+    if vague and item["id"] not in (st.get("approved") or []):
+        gate = _criteria_gate(item, vague)
+        if tick.gate_policy != "continue":
+            st["awaiting"] = {"gate": gate["name"], "item": item["id"]}
+            return _step(st, counted, report, notes, gates=[gate], handover={"turn": GATE})
+        notes.append(f"{item['id']} has ambiguous criteria ({vague}); the gate policy proceeds.")
+        decided = decided + [gate]
+    st["order"] = [i["id"] for i in workable]
+    st["current"] = item["id"]
+    st["handled"] = _add(st.get("handled"), item["id"])
+    handover = {"turn": WORK, "item": {k: item.get(k) for k in ("id", "title", "body", "url")}}
+    escalate, st["escalate"] = list(st.get("escalate") or []), []
+    handover["escalate_now"] = escalate
+    reason = f"next item: {item['id']}"
+    return _step(st, counted, report, notes, handover=handover, reason=reason, gates=decided)
+
+
+def _drift_gate(added: list[str], removed: list[str]) -> dict:
+    parts = []
+    if added:
+        parts.append("added " + ", ".join(added))
+    if removed:
+        parts.append("gone " + ", ".join(removed))
+    return {
+        "name": gates.BACKLOG_DRIFT,
+        "question": "Backlog changed since last iteration. Re-propose the next batch?",
+        "options": gates.OPTIONS[gates.BACKLOG_DRIFT],
+        "detail": "the backlog changed since the last iteration: " + "; ".join(parts) + ".",
+    }
+
+
+def _criteria_gate(item: dict, why: str) -> dict:
+    item_id = item["id"]
+    subject = f"Issue {item_id}" if item_id.startswith("#") else f"Task {item_id}"
+    return {
+        "name": gates.AMBIGUOUS_CRITERIA,
+        "question": f"{subject} has ambiguous criteria. "
+        "Skip, escalate, or proceed with my best interpretation?",
+        "options": gates.OPTIONS[gates.AMBIGUOUS_CRITERIA],
+        "item": item_id,
+        "detail": why,
+    }
+
+
+def _observed(view: source.View, st: dict) -> dict:
+    """The loop's own PRs (by branch) and worktrees, as the turn left them."""
+    seen = dict(st.get("pr_heads") or {})
+    tracked = []
+    for pr in view.prs:
+        start = seen.get(str(pr["number"])) or pr["head_sha"]
+        tracked.append(
+            {
+                "number": pr["number"],
+                "branch": pr["branch"],
+                "head_sha_at_iteration_start": start,
+                "head_sha_at_iteration_end": pr["head_sha"],
+                "state_at_end": pr["state"],
+            }
+        )
+        seen[str(pr["number"])] = pr["head_sha"]
+    st["pr_heads"] = seen
+    return {
+        "prs": [f"#{pr['number']}" for pr in view.prs],
+        "tracked_prs": tracked,
+        "worktrees": view.worktrees,
+    }
+
+
+MODE = WorkMode()

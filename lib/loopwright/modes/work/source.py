@@ -1,0 +1,180 @@
+"""Reading the backlog a work loop grinds: the project's task registry, or GitHub issues
+through ``gh``; and what the loop itself left behind (its pull requests, its worktrees).
+The edge of work mode: everything here does I/O, the decisions are in backlog.py."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from loopwright.modes import gh
+from loopwright.modes.work import backlog
+
+TASKS, GITHUB = "tasks", "github"
+SOURCES = (TASKS, GITHUB)
+WORKTREES = ".loopwright/worktrees"  # inside the state directory, which git ignores
+IN_PROGRESS_LABEL = "in-progress"
+
+
+class View:
+    """One reading of the backlog: the open items, or the problem that stopped the reading;
+    the loop's own pull requests and worktrees."""
+
+    __slots__ = ("items", "problem", "prs", "worktrees")
+
+    def __init__(self, items=None, problem=None, prs=None, worktrees=None):
+        self.items: list[dict] = items or []
+        self.problem: str | None = problem
+        self.prs: list[dict] = prs or []
+        self.worktrees: list[dict] = worktrees or []
+
+
+def branch_prefix(loop: dict) -> str:
+    return f"loopwright/{loop['name']}/"
+
+
+def read(loop: dict) -> View:
+    cfg = loop.get("work") or {}
+    try:
+        if cfg.get("source") == GITHUB:
+            view = _github(loop, cfg)
+        else:
+            view = View(items=_tasks(loop))
+    except gh.GhError as exc:
+        view = View(problem=str(exc))
+    except (OSError, ValueError) as exc:
+        view = View(problem=f"the task registry cannot be read: {exc}")
+    view.worktrees = worktrees(loop)
+    return view
+
+
+def _tasks(loop: dict) -> list[dict]:
+    from loopwright.state import tasks as taskreg
+    from loopwright.state.project import project_config, state_dir
+
+    project = Path(loop["project_dir"])
+    config, _ = project_config(project)
+    path = taskreg.tasks_path(project, state_dir(project), None, config)
+    reg = taskreg.load(path)
+    if reg.problems:
+        raise ValueError(reg.problems[0])
+    return [
+        {
+            "id": t["id"],
+            "title": t["text"].splitlines()[0][:200],
+            "body": t["text"],
+            "depends_on": list(t.get("depends_on") or []),
+            "in_progress": None,
+            "url": None,
+        }
+        for t in reg.open
+    ]
+
+
+def _github(loop: dict, cfg: dict) -> View:
+    client = gh.Gh(gh.Repo.from_dict(cfg.get("repo") or {}))
+    repo = client.repo
+    query = "issues?state=open&per_page=100"
+    if cfg.get("labels"):
+        query += "&labels=" + gh.q(",".join(cfg["labels"]))
+    if cfg.get("milestone"):
+        query += f"&milestone={int(cfg['milestone'])}"
+    if cfg.get("assignee"):
+        query += "&assignee=" + gh.q(cfg["assignee"])
+    issues = client.api(repo.path(query), paginate=True) or []
+    pulls = client.api(repo.path("pulls?state=open&per_page=100"), paginate=True) or []
+    claimed = _claimed_by_prs(pulls)
+    me = cfg.get("login") or ""
+    label = cfg.get("in_progress_label") or IN_PROGRESS_LABEL
+    items = [
+        _issue(i, claimed, me, label)
+        for i in issues
+        if isinstance(i, dict) and "pull_request" not in i and isinstance(i.get("number"), int)
+    ]
+    prefix = branch_prefix(loop)
+    mine = [_pr_record(p) for p in pulls if isinstance(p, dict) and _head(p).startswith(prefix)]
+    return View(items=items, prs=mine)
+
+
+def _head(pr: dict) -> str:
+    head = pr.get("head") if isinstance(pr.get("head"), dict) else {}
+    return str(head.get("ref") or "")
+
+
+def _pr_record(pr: dict) -> dict:
+    head = pr.get("head") if isinstance(pr.get("head"), dict) else {}
+    return {
+        "number": int(pr.get("number") or 0),
+        "branch": str(head.get("ref") or ""),
+        "head_sha": str(head.get("sha") or "")[:64],
+        "state": "merged" if pr.get("merged_at") else str(pr.get("state") or "open"),
+    }
+
+
+def _claimed_by_prs(pulls: list) -> dict[str, int]:
+    """Issue id -> the open pull request that says it closes it."""
+    claimed: dict[str, int] = {}
+    for pr in pulls:
+        if not isinstance(pr, dict):
+            continue
+        for item in backlog.closes(f"{pr.get('title') or ''}\n{pr.get('body') or ''}"):
+            claimed.setdefault(item, int(pr.get("number") or 0))
+    return claimed
+
+
+def _issue(issue: dict, claimed: dict[str, int], me: str, label: str) -> dict:
+    item_id = f"#{issue['number']}"
+    body = str(issue.get("body") or "")
+    after, blocks = backlog.issue_links(body)
+    labels = [str(lb.get("name")) for lb in issue.get("labels") or [] if isinstance(lb, dict)]
+    owners = [
+        str(a.get("login"))
+        for a in issue.get("assignees") or []
+        if isinstance(a, dict) and a.get("login") != me
+    ]
+    busy = None
+    if item_id in claimed:
+        busy = f"open pull request #{claimed[item_id]}"
+    elif label in labels:
+        busy = f"labelled {label}"
+    elif owners:
+        busy = f"assigned to {', '.join(owners)}"
+    return {
+        "id": item_id,
+        "title": str(issue.get("title") or "")[:200],
+        "body": body,
+        "depends_on": after,
+        "blocks": blocks,
+        "in_progress": busy,
+        "url": issue.get("html_url"),
+    }
+
+
+def worktrees(loop: dict) -> list[dict]:
+    """The worktrees under .loopwright/worktrees/ (the loop's, failed ones included)."""
+    project = Path(loop["project_dir"])
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(project), "worktree", "list", "--porcelain"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found, cur = [], {}
+    for line in out.splitlines() + [""]:
+        if not line.strip():
+            if cur.get("path", "").startswith(str(project / WORKTREES) + "/"):
+                found.append(
+                    {
+                        "path": str(Path(cur["path"]).relative_to(project)),
+                        "branch": cur.get("branch", "").removeprefix("refs/heads/"),
+                        "head_sha": cur.get("head", ""),
+                    }
+                )
+            cur = {}
+            continue
+        key, _, value = line.partition(" ")
+        cur[key if key != "worktree" else "path"] = value
+    return found

@@ -1,0 +1,394 @@
+"""A fake GitHub REST API over HTTPS, for driving the real ``gh`` CLI offline.
+
+``gh`` treats any host but github.com as GitHub Enterprise and sends REST calls to
+``https://HOST/api/v3/…``. This server answers the calls loopwright and its tests
+make (issues, pull requests, reviews, comments, checks, merges) from an in-memory
+repository, with a certificate made for the run (``openssl``) that ``gh`` is told to
+trust through ``SSL_CERT_FILE``. ``env()`` gives the variables a process needs so its
+``gh`` talks to this server as the logged-in user.
+
+Tests change the repository directly (``add_issue``, ``push``, ``set_checks``,
+``comment``, ``review``) to play the humans and CI around the loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import ssl
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+TOKEN = "fake-gh-token"
+LOGIN = "loop-bot"
+
+
+def make_certificate(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)]
+        + ["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-days", "2"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+class Repo:
+    """One repository's issues and pull requests (they share numbers, as on GitHub)."""
+
+    def __init__(self, slug: str):
+        self.slug = slug
+        self.numbers = itertools.count(1)
+        self.ids = itertools.count(1000)
+        self.issues: dict[int, dict] = {}
+        self.pulls: dict[int, dict] = {}
+        self.commits: dict[int, list[dict]] = {}
+        self.checks: dict[str, list[dict]] = {}
+        self.reviews: dict[int, list[dict]] = {}
+        self.review_comments: dict[int, list[dict]] = {}
+        self.comments: dict[int, list[dict]] = {}
+        self.milestones = [{"number": 1, "title": "v1", "state": "open"}]
+        self.last_at = 0.0
+
+    def now(self) -> str:
+        # Strictly increasing whole seconds, so "before"/"after" never tie.
+        self.last_at = max(time.time(), self.last_at + 1.0)
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_at))
+
+
+class FakeGitHub:
+    def __init__(self, workdir: Path, slug: str = "acme/widgets"):
+        self.workdir = Path(workdir)
+        self.repo = Repo(slug)
+        self.lock = threading.RLock()
+        self.requests: list[tuple[str, str]] = []
+        self.cert, self.key = make_certificate(self.workdir)
+        self.config_dir = self.workdir / "gh-config"
+        self.config_dir.mkdir(exist_ok=True)
+
+    # -- server -----------------------------------------------------------------------------
+
+    def __enter__(self) -> FakeGitHub:
+        handler = type("Handler", (_Handler,), {"gh": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(self.cert), str(self.key))
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def host(self) -> str:
+        return f"localhost:{self.server.server_address[1]}"
+
+    @property
+    def remote(self) -> str:
+        return f"https://{self.host}/{self.repo.slug}.git"
+
+    def env(self, logged_in: bool = True) -> dict[str, str]:
+        env = {
+            "GH_HOST": self.host,
+            "GH_CONFIG_DIR": str(self.config_dir),
+            "SSL_CERT_FILE": str(self.cert),
+            "GH_PROMPT_DISABLED": "1",
+            "GH_NO_UPDATE_NOTIFIER": "1",
+        }
+        if logged_in:
+            env["GH_ENTERPRISE_TOKEN"] = TOKEN
+        return env
+
+    # -- the repository, as tests change it ----------------------------------------------------
+
+    def add_issue(
+        self, title: str, body: str = "", labels=(), assignees=(), milestone: int | None = None
+    ) -> int:
+        with self.lock:
+            r = self.repo
+            n = next(r.numbers)
+            r.issues[n] = {
+                "number": n,
+                "title": title,
+                "body": body,
+                "state": "open",
+                "labels": [{"name": x} for x in labels],
+                "assignees": [{"login": x} for x in assignees],
+                "milestone": {"number": milestone} if milestone else None,
+                "html_url": f"https://{self.host}/{r.slug}/issues/{n}",
+                "user": {"login": "alice"},
+                "created_at": r.now(),
+            }
+            return n
+
+    def open_pull(self, title: str, head: str, body: str = "", author: str = "carol") -> int:
+        with self.lock:
+            r = self.repo
+            n = next(r.numbers)
+            r.pulls[n] = {
+                "number": n,
+                "title": title,
+                "body": body,
+                "state": "open",
+                "merged": False,
+                "merged_at": None,
+                "head": {"ref": head, "sha": ""},
+                "base": {"ref": "main"},
+                "labels": [],
+                "user": {"login": author},
+                "html_url": f"https://{self.host}/{r.slug}/pull/{n}",
+            }
+            r.commits[n], r.reviews[n], r.review_comments[n], r.comments[n] = [], [], [], []
+            self.push(n, author)
+            return n
+
+    def push(self, pr: int, author: str = "carol") -> str:
+        """A new commit on the PR's branch: a new head SHA."""
+        with self.lock:
+            r = self.repo
+            sha = hashlib.sha1(str(next(r.ids)).encode()).hexdigest()
+            r.commits[pr].append(
+                {"sha": sha, "commit": {"committer": {"date": r.now()}, "author": {"name": author}}}
+            )
+            r.pulls[pr]["head"]["sha"] = sha
+            r.checks.setdefault(sha, [])
+            return sha
+
+    def set_checks(self, pr: int, status: str = "completed", conclusion: str | None = "success") -> None:
+        with self.lock:
+            sha = self.repo.pulls[pr]["head"]["sha"]
+            self.repo.checks[sha] = [{"name": "ci", "status": status, "conclusion": conclusion}]
+
+    def comment(self, number: int, body: str, login: str = "alice") -> None:
+        with self.lock:
+            self.repo.comments.setdefault(number, []).append(self._said(login, body))
+
+    def review(self, pr: int, state: str, body: str = "", login: str = "alice") -> None:
+        with self.lock:
+            entry = dict(self._said(login, body), state=state)
+            entry["submitted_at"] = entry.pop("created_at")
+            self.repo.reviews[pr].append(entry)
+
+    def _said(self, login: str, body: str) -> dict:
+        return {
+            "id": next(self.repo.ids),
+            "user": {"login": login},
+            "body": body,
+            "created_at": self.repo.now(),
+        }
+
+    def pull(self, n: int) -> dict:
+        with self.lock:
+            return json.loads(json.dumps(self.repo.pulls[n]))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    gh: FakeGitHub
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _send(self, status: int, payload) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict:
+        n = int(self.headers.get("Content-Length") or 0)
+        if not n:
+            return {}
+        try:
+            return json.loads(self.rfile.read(n) or b"{}")
+        except ValueError:
+            return {}
+
+    def _handle(self, method: str) -> None:
+        body = self._body() if method in ("POST", "PUT", "PATCH") else {}
+        url = urlsplit(self.path)
+        self.gh.requests.append((method, url.path))
+        if self.headers.get("Authorization") != f"token {TOKEN}":
+            return self._send(401, {"message": "Bad credentials"})
+        path = url.path.removeprefix("/api/v3")
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        with self.gh.lock:
+            status, payload = _route(self.gh, method, path, query, body)
+        self._send(status, payload)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+
+NOT_FOUND = (404, {"message": "Not Found"})
+
+
+def _route(gh: FakeGitHub, method: str, path: str, query: dict, body: dict):
+    if path == "/user":
+        return 200, {"login": LOGIN}
+    m = re.match(r"^/repos/([^/]+/[^/]+)/(.*)$", path)
+    if not m or m.group(1) != gh.repo.slug:
+        return NOT_FOUND
+    rest, r = m.group(2), gh.repo
+    for pattern, fn in ROUTES:
+        hit = re.match(pattern, f"{method} {rest}")
+        if hit:
+            return fn(gh, r, query, body, *[int(x) if x.isdigit() else x for x in hit.groups()])
+    return NOT_FOUND
+
+
+def _issues(gh, r, query, body):
+    out = []
+    for issue in list(r.issues.values()) + [_pull_as_issue(p) for p in r.pulls.values()]:
+        if issue["state"] != query.get("state", "open"):
+            continue
+        names = {x["name"] for x in issue["labels"]}
+        if query.get("labels") and not set(query["labels"].split(",")) <= names:
+            continue
+        if query.get("milestone") and (issue.get("milestone") or {}).get("number") != int(query["milestone"]):
+            continue
+        if query.get("assignee") and query["assignee"] not in {a["login"] for a in issue["assignees"]}:
+            continue
+        out.append(issue)
+    return 200, sorted(out, key=lambda i: -i["number"])
+
+
+def _pull_as_issue(p: dict) -> dict:
+    return {
+        "number": p["number"],
+        "title": p["title"],
+        "body": p["body"],
+        "state": "closed" if p["state"] != "open" else "open",
+        "labels": p["labels"],
+        "assignees": [],
+        "pull_request": {"url": p["html_url"]},
+    }
+
+
+def _issue(gh, r, query, body, n):
+    return (200, r.issues[n]) if n in r.issues else NOT_FOUND
+
+
+def _patch_issue(gh, r, query, body, n):
+    target = r.issues.get(n) or r.pulls.get(n)
+    if target is None:
+        return NOT_FOUND
+    if "state" in body:
+        target["state"] = body["state"]
+    if "labels" in body:
+        target["labels"] = [{"name": x} for x in body["labels"]]
+    return 200, target
+
+
+def _comments(gh, r, query, body, n):
+    return 200, r.comments.get(n, [])
+
+
+def _add_comment(gh, r, query, body, n):
+    entry = gh._said(LOGIN, str(body.get("body") or ""))
+    r.comments.setdefault(n, []).append(entry)
+    return 201, entry
+
+
+def _pulls(gh, r, query, body):
+    state = query.get("state", "open")
+    return 200, [p for p in r.pulls.values() if state == "all" or p["state"] == state]
+
+
+def _create_pull(gh, r, query, body):
+    n = gh.open_pull(
+        str(body.get("title") or ""), str(body.get("head") or ""), str(body.get("body") or ""), LOGIN
+    )
+    return 201, r.pulls[n]
+
+
+def _pull(gh, r, query, body, n):
+    return (200, r.pulls[n]) if n in r.pulls else NOT_FOUND
+
+
+def _merge(gh, r, query, body, n):
+    p = r.pulls.get(n)
+    if p is None:
+        return NOT_FOUND
+    if p["state"] != "open":
+        return 405, {"message": "Pull Request is not mergeable"}
+    if body.get("sha") and body["sha"] != p["head"]["sha"]:
+        return 409, {"message": "Head branch was modified. Review and try the merge again."}
+    p.update(state="closed", merged=True, merged_at=r.now())
+    return 200, {"sha": p["head"]["sha"], "merged": True, "message": "Pull Request successfully merged"}
+
+
+def _list(name):
+    def get(gh, r, query, body, n):
+        return 200, getattr(r, name).get(n, [])
+
+    return get
+
+
+def _add_review(gh, r, query, body, n):
+    entry = dict(gh._said(LOGIN, str(body.get("body") or "")), state=str(body.get("event") or "COMMENTED"))
+    entry["submitted_at"] = entry.pop("created_at")
+    r.reviews[n].append(entry)
+    for c in body.get("comments") or []:
+        r.review_comments[n].append(gh._said(LOGIN, str(c.get("body") or "")))
+    return 200, entry
+
+
+def _add_review_comment(gh, r, query, body, n, reply_to=None):
+    entry = gh._said(LOGIN, str(body.get("body") or ""))
+    if reply_to or body.get("in_reply_to"):
+        entry["in_reply_to_id"] = int(reply_to or body["in_reply_to"])
+    r.review_comments[n].append(entry)
+    return 201, entry
+
+
+def _checks(gh, r, query, body, sha):
+    runs = r.checks.get(sha, [])
+    return 200, {"total_count": len(runs), "check_runs": runs}
+
+
+def _milestones(gh, r, query, body):
+    return 200, r.milestones
+
+
+ROUTES = [
+    (r"^GET issues$", _issues),
+    (r"^GET issues/(\d+)$", _issue),
+    (r"^PATCH issues/(\d+)$", _patch_issue),
+    (r"^GET issues/(\d+)/comments$", _comments),
+    (r"^POST issues/(\d+)/comments$", _add_comment),
+    (r"^GET milestones$", _milestones),
+    (r"^GET pulls$", _pulls),
+    (r"^POST pulls$", _create_pull),
+    (r"^GET pulls/(\d+)$", _pull),
+    (r"^PUT pulls/(\d+)/merge$", _merge),
+    (r"^GET pulls/(\d+)/commits$", _list("commits")),
+    (r"^GET pulls/(\d+)/reviews$", _list("reviews")),
+    (r"^POST pulls/(\d+)/reviews$", _add_review),
+    (r"^GET pulls/(\d+)/comments$", _list("review_comments")),
+    (r"^POST pulls/(\d+)/comments$", _add_review_comment),
+    (r"^POST pulls/(\d+)/comments/(\d+)/replies$", _add_review_comment),
+    (r"^GET commits/([0-9a-f]+)/check-runs$", _checks),
+]
