@@ -67,6 +67,7 @@ class Repo:
 class FakeGitHub:
     def __init__(self, workdir: Path, slug: str = "acme/widgets"):
         self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.repo = Repo(slug)
         self.lock = threading.RLock()
         self.requests: list[tuple[str, str]] = []
