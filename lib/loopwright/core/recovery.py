@@ -21,6 +21,8 @@ IN_ALL = 10
 # Exit codes of `loopwright run` (the README has the table).
 EXIT_DONE, EXIT_ERROR, EXIT_BUDGET, EXIT_STALLED, EXIT_STOPPED, EXIT_WAITING, EXIT_OTHER = 0, 1, 2, 3, 4, 5, 6
 EXIT_INTERRUPTED = 130
+# Outcomes that mean the loop's work is finished: its goal done, its backlog empty, its PR over.
+FINISHED = ("LOOP_DONE", "BACKLOG_EMPTY", "PR_TERMINAL")
 
 
 class Counts:
@@ -90,7 +92,7 @@ def exit_code(outcome: str | None, waiting: bool = False) -> int:
         return EXIT_WAITING
     if outcome is None:
         return EXIT_ERROR
-    if outcome == "LOOP_DONE":
+    if outcome in FINISHED:
         return EXIT_DONE
     if outcome == STALL_LIMIT:
         return EXIT_STALLED

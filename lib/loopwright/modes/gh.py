@@ -72,10 +72,21 @@ def resolve_repo(project: str, given: str | None) -> Repo:
     for pattern in REMOTE_RES:
         m = pattern.match(url)
         if m:
-            return Repo(m.group(1), m.group(2))
+            return _trusted_host(Repo(m.group(1), m.group(2)))
     raise GhError(
         "cannot tell which GitHub repository this project is: it has no GitHub `origin` remote; "
         "give one with --repo OWNER/NAME"
+    )
+
+
+def _trusted_host(repo: Repo) -> Repo:
+    """A remote may come from a cloned repository: gh would send a GitHub Enterprise token to
+    whatever host it names. Only github.com and the user's own $GH_HOST are taken from it."""
+    if repo.host in (DEFAULT_HOST, os.environ.get("GH_HOST")):
+        return repo
+    raise GhError(
+        f"the origin remote points at {repo.host}, which is not github.com or $GH_HOST; if that is your "
+        f"GitHub Enterprise host, say so with --repo {repo.host}/{repo.slug}"
     )
 
 

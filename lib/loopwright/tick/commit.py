@@ -80,7 +80,7 @@ def _seen(record: dict | None, rec: dict) -> bool:
     """Whether a history line or the ledger already holds the tick ``rec``: by the tick's
     id (a wait turn shares its iteration number with the turn before), or by the iteration
     number for what versions without tick ids wrote."""
-    if record is None:
+    if not record or record.get("iteration") is None:
         return False
     if record.get("tick") is not None:
         return record["tick"] == rec["id"]

@@ -35,7 +35,7 @@ def review() -> None:
 @click.option(
     "--poll",
     type=click.FloatRange(0.1, 600),
-    default=30.0,
+    default=60.0,
     show_default=True,
     help="Seconds between readings.",
 )
