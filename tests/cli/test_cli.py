@@ -211,3 +211,9 @@ def test_cli_finds_the_project_from_a_subdirectory(project):
     env = lw_env()
     res = subprocess.run([str(CLI), "status", "--json"], cwd=sub, capture_output=True, text=True, env=env)
     assert json.loads(res.stdout)["loops"][0]["name"] == "prompt"
+
+
+def test_doctor_names_a_missing_gh_as_a_warning_only(project):
+    res = lw(project, "doctor", env={"LOOPWRIGHT_GH": "/nonexistent/gh"})
+    assert res.returncode == 0, res.stdout
+    assert "only work loops over GitHub issues and review loops need it" in res.stdout

@@ -261,3 +261,10 @@ def test_run_turns_a_mode_and_its_options_into_its_command(monkeypatch):
     assert run_cli._mode_command(("fix", "the", "tests"), {"max_iterations": None}) is None
     with pytest.raises(SystemExit):
         run_cli._mode_command(("fix", "--oops"), {})
+
+
+def test_skip_at_the_repeated_failure_gate_leaves_the_item_out():
+    view = source.View(items=[item(1), item(2)])
+    answers = [{"name": gates.REPEATED_FAILURE, "answer": "skip", "item": "1"}]
+    step = run({"turn": "work", "current": "#1"}, view, answers=answers)
+    assert step.handover["item"]["id"] == "#2" and "#1" in step.state["skipped"]

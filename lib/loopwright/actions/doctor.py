@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -53,6 +54,12 @@ def _packages() -> list[Check]:
             out.append(Check(OK, f"package {name}", f"{version} (for loopwright serve)"))
         except metadata.PackageNotFoundError:
             out.append(Check(WARN, f"package {name}", "missing: only `loopwright serve` needs it"))
+    gh = shutil.which(os.environ.get("LOOPWRIGHT_GH") or "gh")
+    out.append(
+        Check(OK, "gh", f"{gh} (for GitHub work and review loops)")
+        if gh
+        else Check(WARN, "gh", "missing: only work loops over GitHub issues and review loops need it")
+    )
     return out
 
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from loopwright.core.errors import LoopError
 
 DEFAULT_HOST = "github.com"
-TIMEOUT = 60.0  # seconds for one gh call
+TIMEOUT = 30.0  # seconds for one gh call: six of them stay well inside the Stop hook's 900 s
 SLUG_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 HOST_RE = re.compile(r"^[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?$")
 REMOTE_RES = (

@@ -105,6 +105,9 @@ def _apply_answers(st: dict, tick: Tick) -> list[str]:
         if ans.get("name") == waiting.get("gate"):
             notes += _answered(st, waiting, ans.get("answer"))
             st["awaiting"] = None
+        elif ans.get("name") == gates.REPEATED_FAILURE and ans.get("answer") == "skip" and ans.get("item"):
+            item = str(ans["item"]).strip()
+            st["skipped"] = _add(st.get("skipped"), f"#{item}" if item.isdigit() else item)
     return notes
 
 
