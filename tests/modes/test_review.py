@@ -181,3 +181,31 @@ def test_wait_returns_when_the_pr_moves_and_leaves_its_marker(project, github):
     assert "do not submit a new review" in again["reason"]  # new comments only: respond, no new review
     status = json.loads(cli(project, "status", "--json").stdout)["loops"][0]
     assert status["comments_pushed"] == 1 and status["prs_touched"] == [f"#{pr}"]
+
+
+def test_a_quiet_wait_keeps_the_headless_runner_from_calling_it_a_stall(tmp_path):
+    from loopwright.runner import run as runner
+    from loopwright.state import loops
+
+    job = runner.Run.__new__(runner.Run)  # only what _busy_moved reads
+    job.paths, job._busy_seen = loops.LoopPaths(tmp_path, "review"), None
+    job.paths.dir.mkdir(parents=True)
+    assert not job._busy_moved()  # no wait has run
+    cfg = {"pr": 7, "repo": {"host": "github.com", "slug": "a/b"}, "login": "me"}
+    polls = []
+
+    def fake_read(_cfg):
+        polls.append(1)
+        return view(head="h2") if len(polls) < 3 else view(head="h3")
+
+    import loopwright.modes.review.watch as w
+
+    original, w.read = w.read, fake_read
+    try:
+        changed, _ = w.wait(
+            cfg, {"head": "h2", "activity": 0}, 60, 0.01, busy=job.paths.busy, tick=lambda s: None
+        )
+    finally:
+        w.read = original
+    assert changed.startswith("new commits") and len(polls) == 3
+    assert job._busy_moved() and not job._busy_moved()  # seen once per rewrite

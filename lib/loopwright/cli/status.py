@@ -130,8 +130,9 @@ def history(obj: Ctx, name, as_json, last) -> None:
         echo(f"{'iter':>4}  {'outcome':<26}{'tokens in':>10}{'out':>8}{'dollars':>10}  gates")
         for r in records:
             gates_text = "; ".join(f"{g['name']}={g.get('answer')}" for g in r.get("gates") or [])
+            outcome = str(r.get("outcome")) + (" (wait/gate)" if r.get("counted") is False else "")
             echo(
-                f"{r.get('iteration', '?'):>4}  {str(r.get('outcome')):<26}"
+                f"{r.get('iteration', '?'):>4}  {outcome:<26}"
                 f"{r.get('tokens_in_this_iter', 0):>10}"
                 f"{r.get('tokens_out_this_iter', 0):>8}{r.get('dollars_this_iter', 0.0):>10.4f}  {gates_text}"
             )

@@ -677,6 +677,7 @@ def _snap(history: dict, b: dict) -> dict:
             "last_failure",
             "reports_offset",
             "tick",
+            "mode_state",  # the mode's working state (an issue's text, say): budget.json keeps it
         )
     }
     return history

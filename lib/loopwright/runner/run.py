@@ -118,6 +118,7 @@ class Run:
         self.counts = recovery.Counts()
         self.interrupts = Interrupts()
         self.paths: loops.LoopPaths | None = None
+        self._busy_seen: int | None = None  # busy.json's mtime at the last poll
         self.stop_written = False
         self.last_result: dict | None = None  # the client's last "result" event
         self.quota_waits = 0  # in a row
@@ -256,7 +257,7 @@ class Run:
                 self.report("killed", reason="interrupted twice")
                 return None
             self._ask_stop_when_due()
-            quiet = 0 if client.activity() else quiet + 1
+            quiet = 0 if client.activity() or self._busy_moved() else quiet + 1
             if recovery.stalled(quiet, self.opts.stall_polls):
                 client.stop()
                 self.report("stall", polls=quiet, seconds=self.opts.poll_seconds)
@@ -265,6 +266,15 @@ class Run:
         tail = client.stderr_tail.decode("utf-8", "replace").strip().splitlines()[-1:]
         self.report("client_exit", code=client.returncode, stderr=tail[0] if tail else "")
         return f"the client exited (code {client.returncode})"
+
+    def _busy_moved(self) -> bool:
+        """A loopwright command of the loop's (a bounded wait) said it is alive since the last poll."""
+        try:
+            stamp = os.stat(self.paths.busy).st_mtime_ns
+        except (OSError, AttributeError):
+            return False
+        moved, self._busy_seen = stamp != self._busy_seen, stamp
+        return moved
 
     def _relay(self, client: Client) -> None:
         for event in client.events():

@@ -64,6 +64,9 @@ class LoopPaths:
         self.backprop_pending = d / "backprop-pending.json"
         self.backprop_log = d / "backprop-log.md"
         self.ledger = d / "token-ledger.json"
+        # Rewritten by a long, quiet tool call of the loop's own (`loopwright review wait`): it
+        # tells the headless runner that a client using no CPU is waiting, not stalled.
+        self.busy = d / "busy.json"
         self.marker = self.state / "active" / name
 
     def configured(self, cfg: dict | None) -> LoopPaths:

@@ -45,7 +45,7 @@ def wait_cmd(obj: Ctx, max_wait: float, poll: float, name: str | None) -> None:
     """Wait until the PR gets new commits, reviews or comments, finished CI or a new state."""
     paths, loop, st = _loop(obj, name)
     baseline = {"head": st.get("wait_head"), "activity": st.get("wait_activity"), "ci": st.get("wait_ci")}
-    changed, view = watch.wait(loop["review"], baseline, max_wait, poll)
+    changed, view = watch.wait(loop["review"], baseline, max_wait, poll, busy=paths.busy)
     watch.write_marker(paths.dir, watch.WAIT_FILE, {"changed": changed, "head": view.head})
     if changed:
         echo(f"loopwright: {changed}. End your turn now; loopwright decides what comes next.")

@@ -115,11 +115,16 @@ def write_marker(loop_dir: Path, name: str, data: dict) -> None:
     store.write_json(loop_dir / name, dict(data, at=now_iso()), durable=False)
 
 
-def wait(cfg: dict, baseline: dict, max_wait: float, poll: float, tick=time.sleep) -> tuple[str, prs.PrView]:
+def wait(
+    cfg: dict, baseline: dict, max_wait: float, poll: float, busy: Path | None = None, tick=time.sleep
+) -> tuple[str, prs.PrView]:
     """Poll the PR until it moves away from ``baseline`` (head, what others said, CI in
-    flight) or ``max_wait`` seconds pass; what changed, and the last reading."""
+    flight) or ``max_wait`` seconds pass; what changed, and the last reading. Each poll
+    rewrites ``busy`` so a headless runner does not take the quiet wait for a stall."""
     deadline = time.monotonic() + max_wait
     while True:
+        if busy is not None:
+            store.write_json(busy, {"what": "review wait", "at": now_iso()}, durable=False)
         view = read(cfg)
         changed = _changed(view, baseline, cfg)
         if changed:
