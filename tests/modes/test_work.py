@@ -268,3 +268,11 @@ def test_skip_at_the_repeated_failure_gate_leaves_the_item_out():
     answers = [{"name": gates.REPEATED_FAILURE, "answer": "skip", "item": "1"}]
     step = run({"turn": "work", "current": "#1"}, view, answers=answers)
     assert step.handover["item"]["id"] == "#2" and "#1" in step.state["skipped"]
+
+
+def test_route_explain_says_the_first_turn_is_not_an_iteration(project, state):
+    cli(project, "task", "add", "write the parser")
+    start(project, "--loop --max-iterations 2")
+    out = cli(project, "route", "--explain", env={"CLAUDE_CODE_SESSION_ID": "S1"})
+    assert "does not count as an iteration (a wait or a gate); iteration 1 is next (of 2)" in out.stdout
+    assert "Work item for this iteration: task-1" in out.stdout

@@ -129,10 +129,17 @@ def route(obj: Ctx, name, session, message, transcript_path, explain) -> None:
     b = decision.budget or snap.budget
     claimed, where = router.completion_claimed(snap)
     iteration = decision.iteration or int(snap.budget.get("iterations_used", 0)) + 1
+    uncounted = (decision.history or {}).get("counted") is False
+    ends = (
+        "a turn that does not count as an iteration (a wait or a gate); iteration "
+        f"{int(b.get('iterations_used', 0)) + 1} is next"
+        if uncounted
+        else f"iteration {iteration}"
+    )
     lines = [
         f"loop: {paths.name} ({loop['mode']} mode), owner session {loop.get('owner_session') or 'none'}",
         f"as session: {sid}",
-        f"iteration: this Stop would end iteration {iteration} of {loop['max_iterations']}",
+        f"iteration: this Stop would end {ends} (of {loop['max_iterations']})",
         f"time: {b.get('minutes_elapsed', 0.0):.1f} of {loop['max_minutes']:g} minutes"
         f" (since {snap.budget.get('started_at')})",
         f"tokens: {b.get('tokens_in', 0)} in, {b.get('tokens_out', 0)} out"
