@@ -122,3 +122,59 @@ def test_review_loop_defers_reviews_after_a_push_gates_the_merge_and_ends_when_m
     assert last["tracked_prs"][0]["state_at_end"] == "merged"
     recorded = [(g["name"], g["answer"]) for h in lines for g in h["gates"] if g["answer"]]
     assert recorded == [("post-feedback-merge", "merge")]
+
+
+def test_run_review_headless_waits_without_a_stall_and_merges(project: Path, tmp_path: Path, github) -> None:
+    import json
+    import sys
+    import threading
+
+    import claude_cli
+    from conftest import KEY_HOME, REPO
+
+    pr = github.open_pull("Add widgets", "feature/widgets", "Adds the widget module.")
+    github.set_checks(pr)
+
+    def wait_while_the_author_pushes(req):
+        def push():
+            github.push(pr, "carol")
+            github.set_checks(pr)
+
+        threading.Timer(3.0, push).start()  # the wait is quiet for longer than a stall window
+        return fakeapi.bash("loopwright review wait --poll 0.3 --max-wait 30", text="Waiting.")
+
+    script = [
+        "Watching.",
+        fakeapi.bash(f"{API}/issues/{pr}/comments -f body='Looks right.' --silent", text="Reviewing."),
+        "Round done.",
+        wait_while_the_author_pushes,
+        "The PR moved.",
+        fakeapi.bash("loopwright review merge", text="Ready: merging."),
+        "Merged.",
+    ]
+    home = tmp_path / "home"
+    home.mkdir()
+    with fakeapi.ScriptedServer(script) as server:
+        cmd = [
+            str(REPO / "bin" / "loopwright"),
+            "-C",
+            str(project),
+            "run",
+            "--claude",
+            claude_cli.claude_binary(),
+        ]
+        cmd += ["--claude-arg=--dangerously-skip-permissions", "--poll-seconds", "0.5", "--stall-polls", "2"]
+        cmd += ["--json", "review", "--pr", str(pr)]
+        extra = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME, **github.env()}
+        out = subprocess.run(
+            cmd,
+            env=claude_cli.offline_env(server.url, home, extra),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "stall" not in [e["event"] for e in events], events
+    assert events[-1]["outcome"] == "PR_TERMINAL" and github.pull(pr)["merged"]
+    assert [h["iteration"] for h in history(project, "review") if h.get("counted", True)] == [1, 2]
