@@ -149,6 +149,30 @@ class Gh:
         return user["login"]
 
 
+def together(*calls):
+    """The gh calls run side by side (each is a process and a round trip); their answers in
+    order, or the first GhError."""
+    import threading
+
+    out: list = [None] * len(calls)
+
+    def one(i: int) -> None:
+        try:
+            out[i] = calls[i]()
+        except GhError as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for value in out:
+        if isinstance(value, GhError):
+            raise value
+    return out
+
+
 def _parse(text: str, paginate: bool):
     """gh prints one JSON document, or with --paginate one per page (lists to join)."""
     text = text.strip()

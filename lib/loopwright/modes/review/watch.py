@@ -43,21 +43,26 @@ def read(cfg: dict) -> prs.PrView:
     try:
         c = client(cfg)
         base = c.repo.path(f"pulls/{number}")
-        pull = c.api(base)
-        view = _pull(number, pull)
-        runs = c.api(c.repo.path(f"commits/{view.head}/check-runs")) if view.head else {}
+        view = _pull(number, c.api(base))
+        runs, reviews, remarks, comments, commits = gh.together(
+            lambda: c.api(c.repo.path(f"commits/{view.head}/check-runs")) if view.head else {},
+            lambda: c.api(base + "/reviews", paginate=True),
+            lambda: c.api(base + "/comments", paginate=True),
+            lambda: c.api(c.repo.path(f"issues/{number}/comments"), paginate=True),
+            lambda: c.api(base + "/commits", paginate=True),
+        )
         view.checks = [
             {"name": str(r.get("name")), "status": r.get("status"), "conclusion": r.get("conclusion")}
             for r in (runs or {}).get("check_runs") or []
             if isinstance(r, dict)
         ]
         said = (
-            [(x, "review") for x in c.api(base + "/reviews", paginate=True) or []]
-            + [(x, "review-comment") for x in c.api(base + "/comments", paginate=True) or []]
-            + [(x, "comment") for x in c.api(c.repo.path(f"issues/{number}/comments"), paginate=True) or []]
+            [(x, "review") for x in reviews or []]
+            + [(x, "review-comment") for x in remarks or []]
+            + [(x, "comment") for x in comments or []]
         )
         _said(view, said, cfg)
-        commits = c.api(base + "/commits", paginate=True) or []
+        commits = commits or []
         view.commits = [
             {"sha": str(x.get("sha")), "at": _commit_at(x)} for x in commits if isinstance(x, dict)
         ]

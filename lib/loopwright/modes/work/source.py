@@ -81,8 +81,11 @@ def _github(loop: dict, cfg: dict) -> View:
         query += f"&milestone={int(cfg['milestone'])}"
     if cfg.get("assignee"):
         query += "&assignee=" + gh.q(cfg["assignee"])
-    issues = client.api(repo.path(query), paginate=True) or []
-    pulls = client.api(repo.path("pulls?state=open&per_page=100"), paginate=True) or []
+    issues, pulls = gh.together(
+        lambda: client.api(repo.path(query), paginate=True),
+        lambda: client.api(repo.path("pulls?state=open&per_page=100"), paginate=True),
+    )
+    issues, pulls = issues or [], pulls or []
     claimed = _claimed_by_prs(pulls)
     me = cfg.get("login") or ""
     label = cfg.get("in_progress_label") or IN_PROGRESS_LABEL
