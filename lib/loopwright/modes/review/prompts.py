@@ -29,8 +29,9 @@ def next_prompt(loop: dict, st: dict, parts: PromptParts, tick: Tick) -> str:
     turn = st.get("turn")
     if turn == "gate":
         lines.append(
-            "This turn is only for the gate above: ask the user, record the answer, then end your turn. "
-            "Do not merge in this turn. It does not count as an iteration."
+            "In a review loop this turn is only for the gate above: ask the user, record the answer, then "
+            "end your turn without other work, whatever the answer; do not merge in this turn. loopwright "
+            "acts on the answer when this turn ends. This turn does not count as an iteration."
         )
     elif turn == "wait":
         lines += wait_text(loop, st)

@@ -45,9 +45,9 @@ def next_prompt(loop: dict, st: dict, parts: PromptParts, tick: Tick) -> str:
     turn = st.get("turn")
     if turn == "gate":
         lines.append(
-            "This turn is only for the gate above: ask the user, record the answer, then end your turn. "
-            "loopwright acts on the answer when this turn ends and hands you the work; this turn does not "
-            "count as an iteration."
+            "In a work loop this turn is only for the gate above: ask the user, record the answer, then end "
+            "your turn without other work, whatever the answer. loopwright acts on it when this turn ends "
+            "and hands you the next item; this turn does not count as an iteration."
         )
     elif turn == "survey":
         lines.append("Reply with one short line and end your turn; loopwright reads the backlog again.")
