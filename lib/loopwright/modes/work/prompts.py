@@ -105,6 +105,7 @@ def _contract(item_id: str, branch: str, path: str, github: bool) -> list[str]:
         "'<one line>'` instead, leave the worktree as it is, and end your turn: the same failure twice asks "
         "the user.",
         "Then end your turn. Do not start another item: loopwright hands you the next one. Never close, "
-        "assign or relabel items you are not working on.",
+        "assign or relabel items you are not working on, and do not add items to the backlog: new items "
+        "make loopwright ask the user (backlog drift); name follow-up work in your report's --note.",
     ]
     return steps
