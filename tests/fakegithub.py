@@ -221,7 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         body = self._body() if method in ("POST", "PUT", "PATCH") else {}
         url = urlsplit(self.path)
-        self.gh.requests.append((method, url.path))
+        self.gh.requests.append((method, self.path))  # with its query string
         if self.headers.get("Authorization") != f"token {TOKEN}":
             return self._send(401, {"message": "Bad credentials"})
         path = url.path.removeprefix("/api/v3")

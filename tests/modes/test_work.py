@@ -276,3 +276,61 @@ def test_route_explain_says_the_first_turn_is_not_an_iteration(project, state):
     out = cli(project, "route", "--explain", env={"CLAUDE_CODE_SESSION_ID": "S1"})
     assert "does not count as an iteration (a wait or a gate); iteration 1 is next (of 2)" in out.stdout
     assert "Work item for this iteration: task-1" in out.stdout
+
+
+# --- what GitHub sends is data, never instructions to loopwright ------------------------------------
+
+needs_gh = pytest.mark.skipif(
+    __import__("shutil").which("gh") is None or __import__("shutil").which("openssl") is None,
+    reason="needs gh",
+)
+
+
+@pytest.fixture
+def github(tmp_path, project, state, monkeypatch):
+    import subprocess
+
+    import fakegithub
+
+    with fakegithub.FakeGitHub(tmp_path / "gh") as fake:
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        subprocess.run(["git", "-C", str(project), "remote", "add", "origin", fake.remote], check=True)
+        yield fake
+
+
+@needs_gh
+def test_hostile_issue_text_reaches_the_agent_bounded_and_without_escape_sequences(project, github):
+    github.add_issue("\x1b[2J\x1b]0;pwned\x07Render", "## Acceptance Criteria\n- ok\n" + "A" * 50_000)
+    start(project, "--loop --source github")
+    answer = hook_stop(project, "S1", "ok")
+    reason = answer["reason"]
+    # gh itself shows control characters in caret notation (^[); loopwright's own escaping
+    # of hook answers covers anything that gets past it.
+    assert "\x1b" not in reason and "\x07" not in reason and "pwned" in reason
+    assert "more characters)" in reason and len(reason) < 12_000
+
+
+@needs_gh
+def test_filter_values_cannot_change_the_query(project, github):
+    github.add_issue("Render", "## Acceptance Criteria\n- ok\n", labels=["bug"])
+    start(project, "--loop --source github --label 'bug&state=closed'")
+    end = hook_stop(project, "S1", "ok")
+    assert "BACKLOG_EMPTY" in end["systemMessage"]  # one label that no issue has: nothing matched
+    listed = [path for method, path in github.requests if "/issues?" in path]
+    assert listed and all("labels=bug%26state%3Dclosed" in p and p.count("state=") == 1 for p in listed)
+
+
+@needs_gh
+def test_a_garbled_github_answer_is_a_problem_line_not_a_crash(project, github, monkeypatch):
+    github.add_issue("Render", "## Acceptance Criteria\n- ok\n")
+    start(project, "--loop --source github")
+    bindir = project.parent / "garbled-bin"
+    bindir.mkdir()
+    (bindir / "gh").write_text("#!/bin/sh\necho '{not json'\n")
+    (bindir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{__import__('os').environ['PATH']}")  # the hook finds this gh
+    first = hook_stop(project, "S1", "ok")
+    assert "the backlog could not be read (gh api gave an answer that is not JSON)" in first["reason"]
+    second = hook_stop(project, "S1", "ok")
+    assert "EXTERNAL_UNREACHABLE" in second["systemMessage"]
