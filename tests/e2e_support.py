@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
+import claude_cli
 import fakeapi
-from conftest import REPO, lw_env
+from conftest import KEY_HOME, REPO, lw_env
 
 FEEDBACK = "Stop hook feedback"
 
@@ -90,3 +92,32 @@ def loopwright(
         env=lw_env(**extra),
         timeout=60,
     )
+
+
+def run_headless(
+    project: Path, home: Path, server, *args: str, env: dict | None = None, timeout: float = 180
+):
+    """`loopwright run --json ARGS…` against the scripted server: the finished process and its events."""
+    extra = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME, **(env or {})}
+    cmd = [
+        str(REPO / "bin" / "loopwright"),
+        "-C",
+        str(project),
+        "run",
+        "--claude",
+        claude_cli.claude_binary(),
+        "--claude-arg=--dangerously-skip-permissions",
+        "--poll-seconds",
+        "0.5",
+        "--json",
+        *args,
+    ]
+    out = subprocess.run(
+        cmd,
+        env=claude_cli.offline_env(server.url, home, extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return out, events

@@ -17,7 +17,7 @@ import pytest
 
 import fakeapi  # noqa: E402
 import fakegithub  # noqa: E402
-from e2e_support import history, is_block, loop_json, ok, stop_answers  # noqa: E402
+from e2e_support import history, is_block, loop_json, ok, run_headless, stop_answers  # noqa: E402
 
 pytestmark = [
     pytest.mark.e2e,
@@ -125,12 +125,7 @@ def test_review_loop_defers_reviews_after_a_push_gates_the_merge_and_ends_when_m
 
 
 def test_run_review_headless_waits_without_a_stall_and_merges(project: Path, tmp_path: Path, github) -> None:
-    import json
-    import sys
     import threading
-
-    import claude_cli
-    from conftest import KEY_HOME, REPO
 
     pr = github.open_pull("Add widgets", "feature/widgets", "Adds the widget module.")
     github.set_checks(pr)
@@ -155,25 +150,9 @@ def test_run_review_headless_waits_without_a_stall_and_merges(project: Path, tmp
     home = tmp_path / "home"
     home.mkdir()
     with fakeapi.ScriptedServer(script) as server:
-        cmd = [
-            str(REPO / "bin" / "loopwright"),
-            "-C",
-            str(project),
-            "run",
-            "--claude",
-            claude_cli.claude_binary(),
-        ]
-        cmd += ["--claude-arg=--dangerously-skip-permissions", "--poll-seconds", "0.5", "--stall-polls", "2"]
-        cmd += ["--json", "review", "--pr", str(pr)]
-        extra = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME, **github.env()}
-        out = subprocess.run(
-            cmd,
-            env=claude_cli.offline_env(server.url, home, extra),
-            capture_output=True,
-            text=True,
-            timeout=180,
+        out, events = run_headless(
+            project, home, server, "--stall-polls", "2", "review", "--pr", str(pr), env=github.env()
         )
-    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert out.returncode == 0, out.stderr + out.stdout
     assert "stall" not in [e["event"] for e in events], events
     assert events[-1]["outcome"] == "PR_TERMINAL" and github.pull(pr)["merged"]

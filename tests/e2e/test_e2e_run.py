@@ -14,34 +14,9 @@ import pytest
 import claude_cli
 import fakeapi
 from conftest import KEY_HOME, REPO
+from e2e_support import run_headless as run
 
 pytestmark = pytest.mark.e2e
-
-
-def run(project, home, server, *args, env=None, timeout=180):
-    extra = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME, **(env or {})}
-    cmd = [
-        str(REPO / "bin" / "loopwright"),
-        "-C",
-        str(project),
-        "run",
-        "--claude",
-        claude_cli.claude_binary(),
-        "--claude-arg=--dangerously-skip-permissions",
-        "--poll-seconds",
-        "0.5",
-        "--json",
-        *args,
-    ]
-    out = subprocess.run(
-        cmd,
-        env=claude_cli.offline_env(server.url, home, extra),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    return out, events
 
 
 def kinds(events):

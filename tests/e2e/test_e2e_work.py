@@ -20,7 +20,7 @@ import pytest
 
 import fakeapi  # noqa: E402
 import fakegithub  # noqa: E402
-from e2e_support import history, is_block, loop_json, loopwright, ok, stop_answers  # noqa: E402
+from e2e_support import history, is_block, loop_json, loopwright, ok, run_headless, stop_answers  # noqa: E402
 
 pytestmark = [
     pytest.mark.e2e,
@@ -207,37 +207,14 @@ def test_work_loop_does_not_start_when_gh_is_not_logged_in(project: Path, claude
 
 
 def test_run_work_grinds_the_task_registry_headless(project: Path, tmp_path: Path) -> None:
-    import sys
-
-    import claude_cli
-    from conftest import KEY_HOME, REPO
-
     init_repo(project)
     assert loopwright(project, "task", "add", "write the parser").returncode == 0
     agent = Agent(project, github=False)
     home = tmp_path / "home"
     home.mkdir()
     with fakeapi.ScriptedServer(["Starting.", *agent.turn()]) as server:
-        cmd = [
-            str(REPO / "bin" / "loopwright"),
-            "-C",
-            str(project),
-            "run",
-            "--claude",
-            claude_cli.claude_binary(),
-        ]
-        cmd += ["--claude-arg=--dangerously-skip-permissions", "--poll-seconds", "0.5", "--json"]
-        cmd += ["work", "--max-iterations", "3"]
-        extra = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME}
-        out = subprocess.run(
-            cmd,
-            env=claude_cli.offline_env(server.url, home, extra),
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        out, events = run_headless(project, home, server, "work", "--max-iterations", "3")
     assert out.returncode == 0, out.stderr + out.stdout  # an empty backlog is a finished run
-    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert events[0]["command"] == "/loopwright:work" and events[-1]["outcome"] == "BACKLOG_EMPTY"
     assert agent.items == ["task-1"]
     assert loop_json(project, "work")["max_iterations"] == 3

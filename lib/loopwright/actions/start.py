@@ -251,27 +251,36 @@ def _number(option: str, value: str, kind: type):
         raise loops.LoopError(f"{option} needs {want}, got {value!r}") from None
 
 
+LIMIT_OPTIONS = (
+    ("--max-iterations", "max_iterations", int),
+    ("--max-minutes", "max_minutes", float),
+    ("--max-tokens", "max_tokens", int),
+    ("--max-dollars", "max_dollars", float),
+    ("--max-prs", "max_prs", int),
+)
+
+
+def apply_limits(req: StartRequest, opts: dict) -> None:
+    """The ceilings, gate policy and lock mode a slash command's options name (any mode's)."""
+    for opt, attr, kind in LIMIT_OPTIONS:
+        if opt in opts:
+            setattr(req, attr, _number(opt, opts[opt], kind))
+    if "--gates" in opts:
+        req.gate_policy = str(opts["--gates"])
+    if "--lock" in opts:
+        req.lock_mode = str(opts["--lock"])
+
+
 def request_from_args_text(text: str, session: str | None) -> StartRequest:
     prompt, opts = slashargs.parse(text, START_OPTIONS)
     req = StartRequest(prompt=prompt, session=session)
-    if "--max-iterations" in opts:
-        req.max_iterations = _number("--max-iterations", opts["--max-iterations"], int)
-    if "--max-minutes" in opts:
-        req.max_minutes = _number("--max-minutes", opts["--max-minutes"], float)
-    if "--max-tokens" in opts:
-        req.max_tokens = _number("--max-tokens", opts["--max-tokens"], int)
-    if "--max-dollars" in opts:
-        req.max_dollars = _number("--max-dollars", opts["--max-dollars"], float)
+    apply_limits(req, opts)
     if "--completion-promise" in opts:
         req.completion_promise = str(opts["--completion-promise"])
-    if "--max-prs" in opts:
-        req.max_prs = _number("--max-prs", opts["--max-prs"], int)
     if "--verify-timeout" in opts:
         req.verify_timeout = _number("--verify-timeout", opts["--verify-timeout"], float)
     for opt, attr in (
         ("--name", "name"),
-        ("--lock", "lock_mode"),
-        ("--gates", "gate_policy"),
         ("--budget-file", "budget_file"),
         ("--verify", "verify"),
     ):

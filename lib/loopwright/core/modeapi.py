@@ -104,6 +104,15 @@ class PromptParts:
     ):
         self.status, self.notes, self.gates, self.tasks, self.pressure = status, notes, gates, tasks, pressure
 
+    def lead(self) -> list[str]:
+        """The opening lines a mode's prompt can start with: status, notes, the gate section."""
+        lines = [self.status, ""] + [f"Note: {n}" for n in self.notes]
+        if self.notes:
+            lines.append("")
+        if self.gates:
+            lines += [self.gates, ""]
+        return lines
+
 
 class Mode:
     """One kind of loop (SPEC §8). A mode subclasses this and overrides what it needs;

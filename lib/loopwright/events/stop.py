@@ -224,7 +224,7 @@ def observe(
     notes.extend(f"loopwright: {p}" for p in problems)
     rules = project_rules(loop)
     notes.extend(f"loopwright: {p}" for p in rules.problems)
-    registry, budget_chars = loop_tasks(paths, loop, notes)
+    registry, budget_chars = loop_tasks(paths, loop, notes, mode)
     pending = loops.read_state(paths, "backprop_pending", move_corrupt=move)  # damaged: the loop stops
     cap = os.environ.get("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "8")
     snap = router.Snapshot(
@@ -272,7 +272,7 @@ def _observe_turn(
     )
 
 
-def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str]):
+def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str], mode):
     """The loop's tasks as the router reads them (an incremental view for a large
     registry, see taskindex.py) and the prompt's character budget for them."""
     project = Path(loop.get("project_dir") or paths.state.parent)
@@ -280,7 +280,7 @@ def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str]):
     if problem:
         notes.append(f"loopwright: {problem}")
     try:
-        own = None if modes.for_loop(loop).project_tasks else paths.dir
+        own = None if mode.project_tasks else paths.dir
         path = taskreg.tasks_path(project, paths.state, own, config)
     except taskreg.RegistryError as exc:
         notes.append(f"loopwright: {exc}")

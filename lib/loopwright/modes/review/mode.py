@@ -65,13 +65,7 @@ class ReviewMode(Mode):
     def begin(self, config: dict, project: str, stamp: str) -> dict | None:
         if not isinstance(config.get("review"), dict):
             raise LoopError("a review loop starts from /loopwright:review --loop --pr N")
-        cfg = config["review"]
-        return {
-            "turn": SURVEY,
-            "failures": 0,
-            "hold_label": cfg.get("hold_label") or prs.DEFAULT_HOLD_LABEL,
-            "mine_seen": (config.get("mode_state") or {}).get("mine_seen"),
-        }
+        return {"turn": SURVEY, "failures": 0, "mine_seen": (config.get("mode_state") or {}).get("mine_seen")}
 
     def first_prompt(self, loop: dict, state: dict | None) -> str:
         return prompts.survey(loop)
@@ -94,7 +88,7 @@ class ReviewMode(Mode):
             return _unreadable(st, view, counted)
         st["failures"] = 0
         report = _observed(st, view)
-        end = prs.terminal(view, observation_label(st))
+        end = prs.terminal(view, observation.hold_label)
         if end:
             reason = f"PR #{view.number} reached terminal state: {end}"
             return _step(
@@ -120,10 +114,6 @@ class ReviewMode(Mode):
         if outcome == PR_TERMINAL:
             return f"PR #{(loop.get('review') or {}).get('pr')} reached a terminal state"
         return None
-
-
-def observation_label(st: dict) -> str:
-    return st.get("hold_label") or prs.DEFAULT_HOLD_LABEL
 
 
 def _step(st: dict, counted: bool, report: dict | None, notes: list[str], **kw) -> Step:

@@ -21,11 +21,7 @@ def survey(loop: dict) -> str:
 
 
 def next_prompt(loop: dict, st: dict, parts: PromptParts, tick: Tick) -> str:
-    lines = [parts.status, ""] + [f"Note: {n}" for n in parts.notes]
-    if parts.notes:
-        lines.append("")
-    if parts.gates:
-        lines += [parts.gates, ""]
+    lines = parts.lead()
     turn = st.get("turn")
     if turn == "gate":
         lines.append(

@@ -12,7 +12,6 @@ from loopwright.core import slashargs
 from loopwright.modes import gh
 from loopwright.modes.review import pr as prs
 from loopwright.modes.review import watch
-from loopwright.modes.work.slash import apply_limits
 from loopwright.state import loops
 
 MODE_NAME = "review"
@@ -68,9 +67,7 @@ def command(state: Path, session: str | None, args: str, tpath: str | None = Non
         mode_state={"mine_seen": view.mine},
         transcript_path=tpath,
     )
-    if "--max-prs" in opts:
-        raise loops.LoopError("--max-prs does not apply to a review loop: it watches one PR")
-    apply_limits(req, opts)
+    starting.apply_limits(req, opts)
     _, loop = starting.start(state, req)
     return starting.announcement(loop)
 

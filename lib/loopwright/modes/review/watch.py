@@ -18,10 +18,17 @@ MARKER_LIMIT = 64 * 1024
 
 
 class Observation:
-    __slots__ = ("view", "waited", "merge_request")
+    __slots__ = ("view", "waited", "merge_request", "hold_label")
 
-    def __init__(self, view: prs.PrView, waited: dict | None, merge_request: dict | None):
+    def __init__(
+        self,
+        view: prs.PrView,
+        waited: dict | None,
+        merge_request: dict | None,
+        hold_label: str = prs.DEFAULT_HOLD_LABEL,
+    ):
         self.view, self.waited, self.merge_request = view, waited, merge_request
+        self.hold_label = hold_label  # the loop's label that ends the watch
 
 
 def client(cfg: dict) -> gh.Gh:
@@ -104,7 +111,8 @@ def _commit_at(item: dict) -> str:
 
 def observe(loop: dict, loop_dir: Path) -> Observation:
     cfg = loop.get("review") or {}
-    return Observation(read(cfg), _marker(loop_dir / WAIT_FILE), _marker(loop_dir / MERGE_FILE))
+    hold = cfg.get("hold_label") or prs.DEFAULT_HOLD_LABEL
+    return Observation(read(cfg), _marker(loop_dir / WAIT_FILE), _marker(loop_dir / MERGE_FILE), hold)
 
 
 def _marker(path: Path) -> dict | None:

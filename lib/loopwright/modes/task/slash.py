@@ -119,7 +119,7 @@ def _auto_start(state: Path, session: str | None, mod, module: str, opts: dict, 
         mode_state={"module": module, "step": step, "checkpoint": checkpoint},
         transcript_path=tpath,
     )
-    _apply_limits(req, opts)
+    starting.apply_limits(req, opts)
     _, loop = starting.start(state, req)
     n = loop["max_iterations"]
     return (
@@ -128,19 +128,6 @@ def _auto_start(state: Path, session: str | None, mod, module: str, opts: dict, 
         " Each turn performs one step; the Stop hook reads .auto-signal and hands over the next step."
         " `.auto-stop` ends the loop between steps.\n\n" + automode.step_prompt(module, step, checkpoint, 1)
     )
-
-
-def _apply_limits(req, opts: dict) -> None:
-    for opt, attr, kind in (
-        ("--max-iterations", "max_iterations", int),
-        ("--max-minutes", "max_minutes", float),
-        ("--max-dollars", "max_dollars", float),
-        ("--max-tokens", "max_tokens", int),
-    ):
-        if opt in opts:
-            setattr(req, attr, starting._number(opt, opts[opt], kind))
-    if "--gates" in opts:
-        req.gate_policy = str(opts["--gates"])
 
 
 def _task_loop(state, module: str) -> dict | None:

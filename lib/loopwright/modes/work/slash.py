@@ -55,7 +55,7 @@ def command(state: Path, session: str | None, args: str, tpath: str | None = Non
         mode_config={"work": cfg},
         transcript_path=tpath,
     )
-    apply_limits(req, opts)
+    starting.apply_limits(req, opts)
     _, loop = starting.start(state, req)
     return starting.announcement(loop)
 
@@ -99,22 +99,6 @@ def _milestone(client: gh.Gh, given: str) -> int:
         if isinstance(m, dict) and m.get("title") == given and isinstance(m.get("number"), int):
             return m["number"]
     raise loops.LoopError(f"no open milestone is called {given!r} in {client.repo.slug}")
-
-
-def apply_limits(req: starting.StartRequest, opts: dict) -> None:
-    for opt, attr, kind in (
-        ("--max-iterations", "max_iterations", int),
-        ("--max-minutes", "max_minutes", float),
-        ("--max-dollars", "max_dollars", float),
-        ("--max-tokens", "max_tokens", int),
-        ("--max-prs", "max_prs", int),
-    ):
-        if opt in opts:
-            setattr(req, attr, starting._number(opt, opts[opt], kind))
-    if "--gates" in opts:
-        req.gate_policy = str(opts["--gates"])
-    if "--lock" in opts:
-        req.lock_mode = str(opts["--lock"])
 
 
 def _one_pass(project: Path, cfg: dict) -> str:
