@@ -18,7 +18,7 @@ import stat
 
 from loopwright.core import schema
 from loopwright.core.errors import LoopError, UnsafePath, UserError
-from loopwright.state import store, trust
+from loopwright.state import ownership, store, trust
 from loopwright.state.fspath import Path
 from loopwright.state.project import is_id, is_loop_name
 
@@ -104,13 +104,26 @@ def ensure_ignored(state: Path) -> None:
     except FileExistsError:
         pass
     check_dirs(state)
+    # Always exactly "*": a .gitignore shipped by a cloned repository (empty, or re-including
+    # files) would let `git add -A` commit the loop's history. Replacing it never follows a link.
     ignore = state / ".gitignore"
-    if not os.path.lexists(ignore):
-        store.write_text(ignore, "*\n")
+    try:
+        current = store.read_regular(ignore, limit=64)
+    except (OSError, ValueError, UserError):
+        current = None
+    if current != IGNORE_ALL:
+        try:
+            store.write_bytes_atomic(ignore, IGNORE_ALL)
+        except OSError as exc:
+            raise UnsafePath(f"{ignore} cannot be replaced ({exc.strerror}); remove it") from None
+
+
+IGNORE_ALL = b"*\n"
 
 
 def _real_dir(path: Path) -> bool:
-    """True for a real directory, False when missing; UnsafePath for a symlink or a file."""
+    """True for a real directory of this user's that nobody else can write, False when
+    missing; UnsafePath for a symlink, a file, or a directory another user owns or can write."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -119,16 +132,21 @@ def _real_dir(path: Path) -> bool:
         raise UnsafePath(f"{path} is a symlink; loopwright does not follow symlinks in its state (remove it)")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePath(f"{path} is not a directory; remove it")
+    why = ownership.problem(path, st)
+    if why:
+        raise UnsafePath(why)
     return True
 
 
 def check_dirs(state: Path, name: str | None = None) -> None:
-    """Refuse a symlinked ``.loopwright/``, ``loops/``, ``active/`` or loop directory:
-    following one would read or write outside the project."""
+    """Refuse a symlinked ``.loopwright/``, ``loops/``, ``active/``, ``owners/`` or loop
+    directory (following one would read or write outside the project), and one that another
+    user owns or can write (that user could edit the loop's state under it)."""
     if not _real_dir(state):
         return
     _real_dir(state / "loops")
     _real_dir(state / "active")
+    _real_dir(state / OWNERS_DIRNAME)
     if name is not None:
         _real_dir(state / "loops" / name)
 

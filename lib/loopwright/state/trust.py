@@ -45,7 +45,30 @@ def key_path() -> Path:
     return Path(base) / "loopwright" / "key"
 
 
+def _check_key_dir(directory: Path) -> bool:
+    """False when the key's directory does not exist yet; KeyProblem when someone else owns it
+    or can write it (they could rename the key away or race their own file into its place)."""
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise KeyProblem(f"{directory} cannot be read ({exc.strerror})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise KeyProblem(f"{directory} is not a directory; move it away and start a loop to make a new key")
+    if st.st_uid != os.getuid():
+        raise KeyProblem(f"{directory} belongs to another user (uid {st.st_uid}); move it away")
+    if st.st_mode & 0o022:
+        raise KeyProblem(
+            f"{directory} can be written by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"fix it with: chmod 700 '{directory}'"
+        )
+    return True
+
+
 def _read_key(path: Path) -> bytes | None:
+    if not _check_key_dir(path.parent):
+        return None
     try:
         fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
