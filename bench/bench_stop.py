@@ -187,6 +187,7 @@ NOT_ON_THE_PROMPT_PATH = (
     "orjson",
     "portalocker",
     "psutil",
+    "re2",  # only for a project whose CLAUDE.md has redaction patterns
     "pathlib",
     "re",
     "json",
@@ -196,9 +197,12 @@ NOT_ON_THE_PROMPT_PATH = (
 
 
 def imported_modules(event: bytes, project: Path) -> set[str]:
-    """Every module one Stop of the owning session imports (Python's -X importtime list)."""
-    env = env_for(project, PYTHONPROFILEIMPORTTIME="1")
-    out = subprocess.run([str(STOP)], input=event, env=env, capture_output=True, check=True)
+    """Every module one Stop of the owning session imports (Python's -X importtime list).
+    The interpreter is started as the launcher starts it for the owner's Stop, plus -X
+    importtime: the launcher's -I would ignore PYTHONPROFILEIMPORTTIME."""
+    env = env_for(project)
+    cmd = [sys.executable, "-I", "-S", "-X", "importtime", str(REPO / "hooks" / "stop.py")]
+    out = subprocess.run(cmd, input=event, env=env, capture_output=True, check=True)
     names = set()
     for line in out.stderr.decode(errors="replace").splitlines():
         if line.startswith("import time:") and "|" in line:

@@ -671,6 +671,8 @@ def adoption_details(state: Path, name: str) -> tuple[loops.LoopPaths, dict, lis
         + (f", {cfg['max_tokens']} tokens" if cfg.get("max_tokens") else ""),
         f"Recorded owner session (cleared on adoption): {cfg.get('owner_session') or 'none'}",
     ]
+    if cfg.get("accepted_rates"):  # confirmed by whoever started it, not by this user
+        lines.append(f"Confirmed CLAUDE.md rates (cleared on adoption): {', '.join(cfg['accepted_rates'])}")
     return paths, cfg, lines
 
 
@@ -681,6 +683,7 @@ def adopt(state: Path, name: str) -> str:
     now = time.time()
     with loops.loop_mutex(paths):
         cfg = dict(cfg, project_dir=str(state.parent), owner_session=None, adopted_at=locks.now_iso(now))
+        cfg.pop("accepted_rates", None)  # rates below the built-in ones count only if this user says so
         with contextlib.suppress(FileNotFoundError):
             paths.lock.unlink()  # whatever process it named is not one of ours
         loops.save_config(paths, cfg)

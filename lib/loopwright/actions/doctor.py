@@ -54,6 +54,12 @@ def _packages() -> list[Check]:
             out.append(Check(OK, f"package {name}", f"{version} (for loopwright serve)"))
         except metadata.PackageNotFoundError:
             out.append(Check(WARN, f"package {name}", "missing: only `loopwright serve` needs it"))
+    try:
+        version = metadata.version("google-re2")
+        out.append(Check(OK, "package google-re2", f"{version} (runs CLAUDE.md redaction patterns)"))
+    except metadata.PackageNotFoundError:
+        why = "missing: CLAUDE.md redaction patterns are skipped until it is installed"
+        out.append(Check(WARN, "package google-re2", why))
     gh = shutil.which(os.environ.get("LOOPWRIGHT_GH") or "gh")
     out.append(
         Check(OK, "gh", f"{gh} (for GitHub work and review loops)")

@@ -31,7 +31,27 @@ def _counters(budget: dict) -> dict:
     }
 
 
-def loop_summary(paths: loops.LoopPaths) -> dict:
+def project_rates(cfg: dict, cache: dict | None = None) -> dict | None:
+    """For an active loop: its project's CLAUDE.md rates below the built-in ones (whether
+    each counts toward the dollar ceiling) and the file's problems; ``cache`` holds one
+    reading per project for a whole `status`."""
+    from loopwright.state import claudemd
+
+    project = cfg.get("project_dir")
+    if cfg.get("status") != loops.ACTIVE or not isinstance(project, str):
+        return None
+    cache = {} if cache is None else cache
+    if project not in cache:
+        cache[project] = claudemd.load(claudemd.Path(project))
+    rules = cache[project]
+    return {
+        "lowered": claudemd.lowered_rates(rules, cfg.get("accepted_rates")),
+        "problems": list(rules.problems),
+        "file": rules.path.name if rules.path is not None else None,
+    }
+
+
+def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
     """One loop for `status`. Read-only: a damaged or untrusted loop is described, never changed."""
     try:
         cfg = loops.load_config(paths, move_corrupt=False)
@@ -69,6 +89,7 @@ def loop_summary(paths: loops.LoopPaths) -> dict:
         "dollars_estimate": budget.get("dollars_estimate", 0.0),
         "max_dollars": budget.get("max_dollars", cfg.get("max_dollars")),
         "rate_table_source": budget.get("rate_table_source"),
+        "project_rates": project_rates(cfg, cache),
         "unknown_models": budget.get("unknown_models") or [],
         "prs_touched": budget.get("prs_touched") or [],
         "max_prs": budget.get("max_prs", cfg.get("max_prs")),
@@ -119,5 +140,6 @@ def summaries(state: Path, name: str | None = None) -> tuple[list[dict], list[st
     names = [loops.validate_name(name)] if name else loops.loop_names(state)
     if name and not loops.LoopPaths(state, name).dir.is_dir():
         raise loops.LoopError(f"no loop named {name} in {state}")
-    found = [loop_summary(loops.LoopPaths(state, n)) for n in names]
+    cache: dict = {}  # one CLAUDE.md reading per project
+    found = [loop_summary(loops.LoopPaths(state, n), cache) for n in names]
     return found, [f"{s['name']}: {s['problem']}" for s in found if s.get("problem")]

@@ -39,6 +39,7 @@ class StartRequest:
     verify: str | None = None
     verify_timeout: float | None = None
     resume: bool = False
+    accept_project_rates: bool = False  # count CLAUDE.md rates below the built-in ones
     mode_config: dict = field(default_factory=dict)  # the mode's own loop.json keys (its config_fields)
     mode_state: dict | None = None  # what the mode's begin() starts from
     transcript_path: str | None = (
@@ -162,6 +163,8 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
         paths.dir.mkdir(parents=True)
         stamp = locks.now_iso(now)
         loop = _new_loop(req, name, stamp, str(state.parent))
+        if req.accept_project_rates:
+            loop["accepted_rates"] = accepted_rates(loop["project_dir"])
         mode = modes.get(req.mode)
         loop.update({k: req.mode_config.get(k) for k in mode.config_fields})
         mode_state = mode.begin(dict(req.mode_config, mode_state=req.mode_state), loop["project_dir"], stamp)
@@ -240,6 +243,7 @@ START_OPTIONS = {
     "--verify": True,
     "--verify-timeout": True,
     "--resume": False,
+    "--accept-project-rates": False,
 }
 
 
@@ -269,6 +273,29 @@ def apply_limits(req: StartRequest, opts: dict) -> None:
         req.gate_policy = str(opts["--gates"])
     if "--lock" in opts:
         req.lock_mode = str(opts["--lock"])
+    if opts.get("--accept-project-rates"):
+        req.accept_project_rates = True
+
+
+def accepted_rates(project_dir: str) -> dict:
+    """The project's CLAUDE.md rows below the built-in rates, as the user confirms them
+    with --accept-project-rates: these rows, as they are now, count (core/rates.py)."""
+    from loopwright.core import rates
+    from loopwright.state import claudemd
+
+    rules = claudemd.load(claudemd.Path(project_dir))
+    return {key: rules.rates[key] for key in rates.lowered(rules.rates)}
+
+
+def project_notes(loop: dict) -> list[str]:
+    """What the project's CLAUDE.md changes for this loop, for the start and resume text:
+    its rates below the built-in ones (and whether they count), and its problems."""
+    from loopwright.state import claudemd
+
+    rules = claudemd.load(claudemd.Path(loop["project_dir"]))
+    lowered = claudemd.lowered_rates(rules, loop.get("accepted_rates"))
+    name = rules.path.name if rules.path is not None else "CLAUDE.md"
+    return [*claudemd.lowered_lines(lowered, name), *rules.problems]
 
 
 def request_from_args_text(text: str, session: str | None) -> StartRequest:
@@ -334,6 +361,7 @@ def announcement(loop: dict, verb: str = "started", state: dict | None = None) -
             f"your choice with /loopwright:resume {loop['name']} "
             f"(or `loopwright resume {loop['name']} --session ID`)."
         ),
+        *(f"Note: {n}" for n in project_notes(loop)),
         "",
         modes.get(loop["mode"]).first_prompt(loop, state),
         f"loop-nonce: {loop['nonce']}",

@@ -63,12 +63,18 @@ from loopwright.state import lock as locks
 )
 @click.option("--prompt-file", type=click.File("r"), help="Read the goal from a file ('-' for stdin).")
 @click.option(
+    "--accept-project-rates",
+    is_flag=True,
+    help="Count the CLAUDE.md Loop Cost Rates rows priced below the built-in rates, as they are now "
+    "(without it the built-in rates count for those models).",
+)
+@click.option(
     "--args-stdin",
     is_flag=True,
     help="Read the raw slash-command argument text from stdin (goal and options together).",
 )
 @click.pass_obj
-def start(obj: Ctx, prompt, session, prompt_file, args_stdin, **options) -> None:
+def start(obj: Ctx, prompt, session, prompt_file, args_stdin, accept_project_rates, **options) -> None:
     """Start a loop in this project: the session keeps working on PROMPT until done or out of budget."""
     session = starting.clean_session(session) or env_session()
     if args_stdin:
@@ -82,6 +88,8 @@ def start(obj: Ctx, prompt, session, prompt_file, args_stdin, **options) -> None
     for attr, value in options.items():
         if value is not None:
             setattr(req, attr, value)
+    if accept_project_rates:
+        req.accept_project_rates = True
     paths, loop = starting.start(obj.state, req)
     echo(starting.announcement(loop))
 

@@ -108,8 +108,21 @@ def _print_summary(state: Path, s: dict) -> None:
         echo(
             f"  models without a known price (charged at the highest rate): {', '.join(s['unknown_models'])}"
         )
+    _print_project_rates(s.get("project_rates"))
     if s["report"]:
         echo(f"  report: {s['report']}")
+
+
+def _print_project_rates(pr: dict | None) -> None:
+    """The project's CLAUDE.md rates below the built-in ones, and its problems."""
+    if not pr:
+        return
+    from loopwright.state.claudemd import lowered_lines
+
+    for line in lowered_lines(pr["lowered"], pr.get("file") or "CLAUDE.md"):
+        echo(f"  {line}")
+    for p in pr["problems"]:
+        echo(f"  {p}")
 
 
 @click.command()

@@ -7,6 +7,14 @@ normalised name (lower case; a trailing ``-YYYYMMDD`` date, ``-latest`` or a
 ``claude-sonnet-4-5``. A model with no match is reported, and priced at the
 highest rate in the table, so that an unknown model can never make a dollar
 ceiling look further away than it is.
+
+A project's CLAUDE.md may lay its own rows over the table, but a committed CLAUDE.md
+is not the user's word: a row priced below the built-in row its model name matches
+(a row of zeros for ``claude-sonnet-4-5`` would switch the dollar ceiling off) counts
+at the built-in rates, field by field, unless the user confirmed the project's rates
+when starting the loop (``--accept-project-rates``, which records the rows it saw in
+loop.json as ``accepted_rates``). Higher rates, and rows for models the built-in
+table does not know, count as written.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ USAGE_TO_RATE = {
 
 BUILT_IN_SOURCE = "built-in default"
 CLAUDE_MD_SOURCE = "CLAUDE.md Loop Cost Rates"
+MAX_RATE = 1000.0  # dollars per million tokens: far above any list price, far below overflow
 
 # Published list prices (USD per million tokens; cache writes at the 5-minute rate).
 BUILT_IN: dict[str, dict[str, float]] = {
@@ -100,10 +109,45 @@ class RateTable(Record):
         return total, sorted(unknown)
 
 
-def table(overrides: dict[str, dict[str, float]] | None) -> RateTable:
-    """The built-in table with a project's CLAUDE.md rows laid over it."""
+def lowered(overrides: dict[str, dict[str, float]] | None) -> dict[str, dict]:
+    """The project rows priced below the built-in row their model name matches:
+    ``{row: {"built_in": key, "fields": [the fields that are lower]}}``."""
+    built_in = RateTable(BUILT_IN, BUILT_IN_SOURCE)
+    out: dict[str, dict] = {}
+    for key, row in (overrides or {}).items():
+        base = built_in.match(key)
+        low = [f for f in FIELDS if base is not None and row[f] < BUILT_IN[base][f]]
+        if low:
+            out[key] = {"built_in": base, "fields": low}
+    return out
+
+
+def confirmed(key: str, row: dict[str, float], accepted: dict | None) -> bool:
+    """Whether the user confirmed this very row when starting the loop."""
+    return isinstance(accepted, dict) and accepted.get(key) == row
+
+
+def table(
+    overrides: dict[str, dict[str, float]] | None, accepted: dict[str, dict[str, float]] | None = None
+) -> RateTable:
+    """The built-in table with a project's CLAUDE.md rows laid over it. A row below the
+    built-in one its model matches is raised to it, field by field, unless ``accepted``
+    (loop.json's ``accepted_rates``) holds that row as it is."""
     if not overrides:
         return RateTable(dict(BUILT_IN), BUILT_IN_SOURCE)
     merged = dict(BUILT_IN)
-    merged.update(overrides)
-    return RateTable(merged, CLAUDE_MD_SOURCE)
+    kept: list[str] = []
+    for key, row in overrides.items():
+        low = lowered({key: row}).get(key)
+        if low is not None and not confirmed(key, row, accepted):
+            base = BUILT_IN[low["built_in"]]
+            row = {f: max(row[f], base[f]) for f in FIELDS}
+            kept.append(key)
+        merged[key] = row
+    return RateTable(merged, CLAUDE_MD_SOURCE + (f" ({kept_note(kept)})" if kept else ""))
+
+
+def kept_note(keys: list[str]) -> str:
+    """Which project rows count at the built-in rates, for ``rate_table_source``."""
+    shown = ", ".join(k[:64] for k in keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    return f"built-in rates count where they are higher, for {shown}"

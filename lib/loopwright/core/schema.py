@@ -152,6 +152,8 @@ TEXT = Str(200_000, null=True)
 COUNT = Int()
 MONEY = Num(0.0, 1e9)
 
+_RATE_FIELDS = ("input", "output", "cache_write", "cache_read")
+
 LOOP = Obj(
     {
         "version": Int(1, 1000),
@@ -181,6 +183,11 @@ LOOP = Obj(
         "project_dir": Str(4096, nonempty=True),
         "sig": Str(128, null=True),
         "adopted_at": TIME,
+        # Project rates below the built-in ones the user confirmed at start (core/rates.py;
+        # the fields and the ceiling are rates.FIELDS and rates.MAX_RATE, held equal by a test).
+        "accepted_rates": Map(
+            Obj({f: Num(0.0, 1000.0) for f in _RATE_FIELDS}, required=_RATE_FIELDS), maxlen=200, null=True
+        ),
     },
     required=(
         "id",

@@ -241,7 +241,7 @@ def observe(
         lock_state=lock_state(lock, hook.session_id, now),
         block_cap=int(cap) if cap.isdigit() else 8,
         reports=tuple(reports),
-        rates=rates.table(rules.rates),
+        rates=rates.table(rules.rates, loop.get("accepted_rates")),  # lower rows: only if confirmed
         tasks=registry,
         tasks_text=taskreg.render(registry, budget_chars) if registry is not None else "",
         tasks_pressure=taskreg.pressure_line(registry) if registry is not None and registry.total else None,
@@ -427,7 +427,7 @@ def _defer_final_tick(paths: loops.LoopPaths, hook: HookInput, decision: router.
     script = Path(__file__).resolve().parents[3] / "hooks" / "stop.py"  # from lib/loopwright/events/
     env = dict(os.environ, **{LATE_ENV: "1"})
     proc = subprocess.Popen(
-        [sys.executable, str(script)],
+        [sys.executable, "-I", "-S", str(script)],  # as hooks/stop starts it: nothing from the cwd
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -59,8 +59,12 @@ def tick_record(loop: dict, decision, snap, journal_entries: list[dict], redacti
             "cache_read_input_tokens": h.get("cache_read_tokens_this_iter", 0),
             "dollars": h.get("dollars_this_iter", 0.0),
         },
-        "backprop_new": decision.backprop_new if decision.action != "continue" else None,
-        "backprop_delivered": decision.backprop_delivered if decision.action == "continue" else None,
+        "backprop_new": claudemd.redact(decision.backprop_new, redactions)
+        if decision.action != "continue"
+        else None,
+        "backprop_delivered": claudemd.redact(decision.backprop_delivered, redactions)
+        if decision.action == "continue"
+        else None,
         "heartbeat": locks.now_iso(snap.now),
     }
 

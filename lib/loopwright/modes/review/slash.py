@@ -27,6 +27,7 @@ OPTIONS = {
     "--max-tokens": True,
     "--max-dollars": True,
     "--gates": True,
+    "--accept-project-rates": False,
     "--lock": True,
     "--name": True,
 }

@@ -22,6 +22,7 @@ AUTO_OPTIONS = {
     "--max-dollars": True,
     "--max-tokens": True,
     "--gates": True,
+    "--accept-project-rates": False,
 }
 
 

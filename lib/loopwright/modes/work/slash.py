@@ -30,6 +30,7 @@ OPTIONS = {
     "--max-dollars": True,
     "--max-prs": True,
     "--gates": True,
+    "--accept-project-rates": False,
     "--lock": True,
     "--name": True,
 }
