@@ -104,17 +104,20 @@ def test_fifos_in_a_shared_tmp_neither_hang_a_stop_nor_get_the_event(looping, ke
     assert answer["decision"] == "block"
 
     assert sorted(os.listdir(shared)) == before  # nothing written, no FIFO opened
-    leftovers = [n for n in os.listdir(looping / ".loopwright") if n.startswith(".stop-event")]
+    leftovers = [n for n in os.listdir(keyhome / "loopwright") if n.startswith(".stop-event")]
     assert leftovers == []
 
 
-def test_links_a_clone_plants_at_the_copy_name_are_doubt_not_a_hang(looping, keyhome, tmp_path):
+def test_names_already_taken_where_the_copy_goes_are_doubt_not_a_hang(looping, keyhome, tmp_path):
+    # The copy goes beside the key, which only this user can write; even so, whatever
+    # already sits at the name (a FIFO, a link to one, a dangling link) is never opened.
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    state = looping / ".loopwright"
-    for pid in next_pids(3000):
-        os.symlink(fifo, state / f".stop-event.{pid}")
-        os.symlink(tmp_path / "nowhere", state / f".stop-event.{pid + 3000}")
+    keydir = keyhome / "loopwright"
+    for pid in next_pids(1500):
+        os.mkfifo(keydir / f".stop-event.{pid}")
+        os.symlink(fifo, keydir / f".stop-event.{pid + 1500}")
+        os.symlink(tmp_path / "nowhere", keydir / f".stop-event.{pid + 3000}")
 
     assert stop(looping, keyhome, session="S2") is None
     assert stop(looping, keyhome, session="S1")["decision"] == "block"
