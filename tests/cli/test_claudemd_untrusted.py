@@ -198,6 +198,7 @@ def test_adopting_a_loop_does_not_adopt_the_rates_its_starter_confirmed(project)
     (loop_dir(project) / "loop.json").write_text(json.dumps(dict(cfg, prompt="planted")))  # not signed by us
     shown = lw(project, "adopt", "prompt")
     assert "Confirmed CLAUDE.md rates (cleared on adoption): claude-sonnet-4-5" in shown.stdout
-    assert lw(project, "adopt", "prompt", "--yes").returncode == 0
+    digest = shown.stdout.split("Digest of what you just read: ")[1].split()[0]
+    assert lw(project, "adopt", "prompt", "--yes", digest).returncode == 0
     assert "accepted_rates" not in read(project, "loop.json")
     assert status_json(project)["project_rates"]["lowered"][0]["counted"] is False

@@ -142,7 +142,7 @@ def test_a_tick_committed_but_cut_short_is_finished_by_cancel(project, tmp_path)
     transcript.write_text(usage_line(0))
     assert tick(project, transcript, kill_at=3) == -9  # budget.json committed, history not yet written
     loop_dir = project / ".loopwright/loops/prompt"
-    assert not (loop_dir / "history.jsonl").exists()
+    assert (loop_dir / "history.jsonl").read_text() == ""  # made at start; this tick's line not yet written
     res = subprocess.run(
         [str(CLI), "-C", str(project), "cancel", "prompt"],
         capture_output=True,

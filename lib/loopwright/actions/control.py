@@ -4,7 +4,6 @@ raises LoopError with a one-line message."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import time
@@ -15,7 +14,6 @@ from loopwright import modes
 from loopwright.actions import start as starting
 from loopwright.core import budget as budgets
 from loopwright.core import gates, router
-from loopwright.core.errors import UnsafePath
 from loopwright.core.modeapi import DIMENSIONS
 from loopwright.state import journal, loops, store
 from loopwright.state import lock as locks
@@ -83,10 +81,24 @@ def pick_loop(
     raise loops.LoopError(f"several loops are active ({', '.join(p.name for p in active)}); name one")
 
 
-def _budget(paths: loops.LoopPaths, loop: dict) -> dict:
-    return budgets.upgrade(
-        loops.read_state(paths.configured(loop), "budget") or router.initial_budget(loop), loop
-    )
+def _budget(paths: loops.LoopPaths, loop: dict, *, ending: bool = False, restoring: bool = False) -> dict:
+    """The loop's budget.json. A missing one is never made again from zero, which would reset
+    the loop's spend (StateMissing). Only the report of a loop that is ending starts from zero,
+    and a resume (``restoring``) from the counters of the last history line."""
+    budget = loops.read_state(paths.configured(loop), "budget")
+    if budget is None:
+        if not (ending or (restoring and _history_snapshot(paths) is not None)):
+            raise loops.StateMissing(paths.name, paths.budget.name)
+        budget = router.initial_budget(loop)
+    return budgets.upgrade(budget, loop)
+
+
+def _history_snapshot(paths: loops.LoopPaths) -> dict | None:
+    """The last history line that carries a budget snapshot (a damaged last line is skipped)."""
+    from loopwright.core.schema import HISTORY
+
+    last = store.last_jsonl_record(paths.history, spec=HISTORY)
+    return last if last and isinstance(last.get("budget_snapshot"), dict) else None
 
 
 def cancel(state: Path, name: str | None, session: str | None, reason: str = "cancelled by the user") -> str:
@@ -133,7 +145,7 @@ def _end(
         if loop.get("status") != loops.ACTIVE:
             loops.clear_active(paths)
             return f"loopwright: loop {paths.name} had already ended ({loop.get('outcome')}); it stays ended."
-        summary = ending.end_loop(paths, loop, _budget(paths, loop), outcome, reason, now)
+        summary = ending.end_loop(paths, loop, _budget(paths, loop, ending=True), outcome, reason, now)
     journal.write(paths, event, session=session, now=now)
     return summary
 
@@ -152,10 +164,10 @@ class Resumed:
 def _restore_from_history(paths: loops.LoopPaths, budget: dict) -> list[str]:
     """Counters from the last history line (sdd resume contract); started_at and
     the ceilings stay as recorded. Gate answers are kept as audit only."""
-    from loopwright.core.schema import HISTORY, SNAPSHOT_COUNTERS
+    from loopwright.core.schema import SNAPSHOT_COUNTERS
 
-    last = store.last_jsonl_record(paths.history, spec=HISTORY)  # a damaged last line is skipped
-    if not last or not isinstance(last.get("budget_snapshot"), dict):
+    last = _history_snapshot(paths)
+    if last is None:
         return []
     snap = last["budget_snapshot"]
     restored = []
@@ -327,7 +339,7 @@ def _inspect_for_resume(
     with loops.loop_mutex(paths):
         loop = config(paths)
         paths.configured(loop)
-        budget = _budget(paths, loop)
+        budget = _budget(paths, loop, restoring=True)
         mode = lock_mode or loop.get("lock_mode") or "skip"
         if mode not in LOCK_MODES:
             raise loops.LoopError(f"--lock must be one of {', '.join(LOCK_MODES)}")
@@ -422,12 +434,15 @@ def _take_over(
         paths.configured(loop)
         commit.recover(paths, loop)
         loop = config(paths)
-        budget = _budget(paths, loop)
+        if loops.missing_state(paths, loop) == paths.history.name:  # a gone budget comes back from it
+            raise loops.StateMissing(paths.name, paths.history.name)
+        gone = not os.path.lexists(paths.budget)
+        budget = _budget(paths, loop, restoring=True)
         budget.pop("tick", None)  # applied (recover saw to it): a reopened loop must not replay its end
         previous = loop.get("owner_session")
         if session and previous != session and starting.owned_active_loop(state, session):
             raise loops.LoopError("this session already runs another loop; finish or cancel it first")
-        if previous != session or loop.get("status") != loops.ACTIVE:
+        if gone or previous != session or loop.get("status") != loops.ACTIVE:
             # Crash recovery or a new run: the counters come from the history line, and
             # the PRs and worktrees it names are reconciled once.
             notes += _restore_from_history(paths, budget)
@@ -536,7 +551,7 @@ def _act_on_force_unlock(
         if loop.get("status") == loops.ACTIVE:
             why = "the user answered stop at gate force-unlock"
             outcome = router.gate_stop(gates.FORCE_UNLOCK)
-            return ending.end_loop(paths, loop, _budget(paths, loop), outcome, why, now)
+            return ending.end_loop(paths, loop, _budget(paths, loop, ending=True), outcome, why, now)
     return f"loopwright: loop {paths.name} stays ended."
 
 
@@ -617,79 +632,3 @@ def record_report(
     }
     store.append_jsonl(paths.reports, record)
     return paths, record
-
-
-# --- adopting a loop this user's loopwright did not create ---------------------------------------------
-
-
-def adoption_details(state: Path, name: str) -> tuple[loops.LoopPaths, dict, list[str]]:
-    """What a foreign loop would do if adopted: its goal, its commands, its paths.
-    Raises LoopError when it is already ours or cannot be adopted safely."""
-    from loopwright.core import schema
-    from loopwright.state import tasks as taskreg
-
-    paths = pick_loop(state, name, None, active_only=False, trusted=False)
-    loops.check_dirs(state, paths.name)
-    try:
-        loops.load_config(paths, move_corrupt=False)
-        raise loops.LoopError(f"loop {paths.name} is already yours; nothing to adopt")
-    except loops.UntrustedLoop:
-        pass
-    cfg = loops.read_unverified(paths)
-    if cfg is None:
-        raise loops.LoopError(
-            f"loop {paths.name} has no readable loop.json; it cannot be adopted, only removed "
-            f"(`loopwright teardown {paths.name} --force`)"
-        )
-    try:
-        schema.check(schema.LOOP, cfg, "loop.json")
-        loops.check_loop_values(paths, cfg)
-        loops.read_state(paths.configured(cfg), "budget", move_corrupt=False)
-        if cfg.get("mode") not in modes.names():
-            raise schema.SchemaError(f"loop.json: unknown mode {cfg.get('mode')!r}")
-    except (schema.SchemaError, store.CorruptFile, UnsafePath) as exc:
-        raise loops.LoopError(
-            f"loop {paths.name} cannot be adopted: {exc}; remove it with "
-            f"`loopwright teardown {paths.name} --force`"
-        ) from None
-    open_tasks = len(taskreg.load(paths.tasks).open) if os.path.lexists(paths.tasks) else 0
-    lines = [
-        f"Loop {paths.name} ({cfg['mode']} mode, "
-        f"{cfg['status']}{', ' + str(cfg['outcome']) if cfg.get('outcome') else ''})",
-        "Goal (handed to the agent every iteration):",
-        *("    " + ln for ln in str(cfg["prompt"]).splitlines()),
-        f"Completion check run by loopwright: {cfg.get('verify') or 'none'}",
-        f"Budget file: {cfg.get('budget_file') or 'in the loop directory'}",
-        *(
-            f"Mode setting {k}: {cfg[k]}"
-            for k in modes.get(cfg["mode"]).config_fields
-            if cfg.get(k) is not None
-        ),
-        f"Open tasks of the loop: {open_tasks}",
-        f"Ceilings: {cfg['max_iterations']} iterations, {cfg['max_minutes']:g} minutes, "
-        f"${float(cfg.get('max_dollars') or 0):,.2f}"
-        + (f", {cfg['max_tokens']} tokens" if cfg.get("max_tokens") else ""),
-        f"Recorded owner session (cleared on adoption): {cfg.get('owner_session') or 'none'}",
-    ]
-    if cfg.get("accepted_rates"):  # confirmed by whoever started it, not by this user
-        lines.append(f"Confirmed CLAUDE.md rates (cleared on adoption): {', '.join(cfg['accepted_rates'])}")
-    return paths, cfg, lines
-
-
-def adopt(state: Path, name: str) -> str:
-    """Make a foreign loop this user's own, after the user has seen its details: it is
-    signed for this project, its owner and lock are cleared, and it waits to be attached."""
-    paths, cfg, _ = adoption_details(state, name)
-    now = time.time()
-    with loops.loop_mutex(paths):
-        cfg = dict(cfg, project_dir=str(state.parent), owner_session=None, adopted_at=locks.now_iso(now))
-        cfg.pop("accepted_rates", None)  # rates below the built-in ones count only if this user says so
-        with contextlib.suppress(FileNotFoundError):
-            paths.lock.unlink()  # whatever process it named is not one of ours
-        loops.save_config(paths, cfg)
-    journal.write(paths, dict(event="adopt", by="user"), session=None, now=now)
-    where = "resume it" if cfg["status"] == loops.ACTIVE else "reopen it"
-    return (
-        f"loopwright: loop {paths.name} is now yours. Attach it to a session to {where}: "
-        f"/loopwright:resume {paths.name} in that session, or `loopwright resume {paths.name} --session ID`."
-    )

@@ -105,6 +105,7 @@ def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
         "paused": active and r.get("last_action") == router.PAUSE,
         "paused_at": r.get("paused_at") if active and r.get("last_action") == router.PAUSE else None,
         "prompt": cfg.get("prompt"),
+        "tasks_source": cfg.get("tasks_source"),
         **_mode_fields(cfg, budget),
         "report": str(paths.report) if paths.report.exists() else None,
         "trusted": True,

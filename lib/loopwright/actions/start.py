@@ -16,6 +16,7 @@ from loopwright.core.completion import DEFAULT_PROMISE
 from loopwright.core.errors import UnsafePath
 from loopwright.state import journal, loops, store, transcript, verify
 from loopwright.state import lock as locks
+from loopwright.state import tasks as taskreg
 from loopwright.state.project import contained
 
 MAX_PROMPT_CHARS = 100_000
@@ -160,12 +161,13 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
                 )
         name = loops.allocate_name(state, req.name or req.mode)
         paths = loops.LoopPaths(state, name)
-        paths.dir.mkdir(parents=True)
+        paths.dir.mkdir(mode=0o700)  # private: nobody else may change a loop's files
         stamp = locks.now_iso(now)
         loop = _new_loop(req, name, stamp, str(state.parent))
         if req.accept_project_rates:
             loop["accepted_rates"] = accepted_rates(loop["project_dir"])
         mode = modes.get(req.mode)
+        loop["tasks_source"] = taskreg.start_source(state.parent, state, mode.project_tasks)
         loop.update({k: req.mode_config.get(k) for k in mode.config_fields})
         mode_state = mode.begin(dict(req.mode_config, mode_state=req.mode_state), loop["project_dir"], stamp)
         loops.mark_active(paths)
@@ -176,6 +178,7 @@ def start(state: Path, req: StartRequest, now: float | None = None) -> tuple[loo
         budget["mode_state"] = mode_state
         budget["cursor"] = start_cursor(req.transcript_path)
         store.write_json(paths.budget, budget)
+        store.write_bytes_atomic(paths.history, b"")  # from now on, a missing history stops the loop
         loops.save_config(paths, loop)
     journal.write(
         paths,
@@ -196,6 +199,7 @@ def _new_loop(req: StartRequest, name: str, stamp: str, project_dir: str) -> dic
     return {
         "version": 1,
         "id": uuid.uuid4().hex,
+        "loop_id": secrets.token_hex(16),
         "name": name,
         "mode": req.mode,
         "prompt": req.prompt,
@@ -362,8 +366,15 @@ def announcement(loop: dict, verb: str = "started", state: dict | None = None) -
             f"(or `loopwright resume {loop['name']} --session ID`)."
         ),
         *(f"Note: {n}" for n in project_notes(loop)),
+        *_tasks_line(loop),
         "",
         modes.get(loop["mode"]).first_prompt(loop, state),
         f"loop-nonce: {loop['nonce']}",
     ]
     return "\n".join(lines)
+
+
+def _tasks_line(loop: dict) -> list[str]:
+    """Where the loop's tasks come from, when not from its own file (state/tasks.py)."""
+    line = taskreg.describe_source(loop.get("tasks_source"), modes.get(loop["mode"]).project_tasks)
+    return [line] if line else []

@@ -256,25 +256,34 @@ def teardown(obj: Ctx, name, force) -> None:
 @click.argument("name")
 @click.option(
     "--yes",
-    is_flag=True,
-    help="Take the loop over after reading what it would do (without it, only show that).",
+    "digest",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="DIGEST",
+    help="Take the loop over, exactly as the review showed it: DIGEST is the one the review printed.",
 )
 @click.pass_obj
-def adopt(obj: Ctx, name: str, yes: bool) -> None:
-    """Take over a loop your loopwright did not create (cloned, copied, hand-made).
+def adopt(obj: Ctx, name: str, digest: str | None) -> None:
+    """Take over a loop your loopwright did not create (cloned, copied, written by another user).
 
-    Shows its goal, the command it runs on completion and the files it uses; with
-    --yes it becomes yours and waits until you attach it to a session."""
-    _, _, lines = control.adoption_details(obj.state, name)
+    Shows its goal, the command it runs on completion, its ceilings, spend and tasks, and a
+    digest of what you read; with --yes DIGEST it becomes yours, exactly as shown (in a new
+    private directory), and waits until you attach it to a session."""
+    from loopwright.actions import adoption
+
+    if digest is not None:
+        echo(adoption.adopt(obj.state, name, digest))
+        return
+    seen, lines = adoption.review(obj.state, name)
     for line in lines:
         echo(line)
-    if not yes:
-        echo(
-            "\nloopwright never runs this loop as it is."
-            f" If you want it to, run: loopwright adopt {name} --yes"
-        )
-        return
-    echo(control.adopt(obj.state, name))
+    echo(f"Digest of what you just read: {seen.digest}")
+    echo(
+        "\nloopwright never runs this loop as it is. If you want it to, run:"
+        f"\n    loopwright adopt {name} --yes {seen.digest}"
+        "\n(it refuses if the loop changes in the meantime)"
+    )
 
 
 COMMANDS = (start, route, cancel, resume, release_lock, teardown, adopt)

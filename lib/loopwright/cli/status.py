@@ -109,8 +109,23 @@ def _print_summary(state: Path, s: dict) -> None:
             f"  models without a known price (charged at the highest rate): {', '.join(s['unknown_models'])}"
         )
     _print_project_rates(s.get("project_rates"))
+    _print_tasks_source(s)
     if s["report"]:
         echo(f"  report: {s['report']}")
+
+
+def _print_tasks_source(s: dict) -> None:
+    """Where the loop's tasks come from, when not from its own file."""
+    from loopwright import modes
+    from loopwright.state import tasks as taskreg
+
+    try:
+        project_tasks = modes.get(s["mode"]).project_tasks
+    except modes.UnknownMode:
+        project_tasks = False
+    line = taskreg.describe_source(s.get("tasks_source"), project_tasks)
+    if line:
+        echo("  " + line[0].lower() + line[1:])
 
 
 def _print_project_rates(pr: dict | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -31,23 +32,34 @@ def _task_file(obj: Ctx, loop_name: str | None, project_arg: str | None = None) 
             loop_dir = control.pick_loop(state, None, session, own_only=True).dir
         except loops.LoopError:
             loop_dir = None  # this session runs no loop: the project's own registry
-    if loop_dir is not None and _works_on_project_tasks(loop_dir):
-        loop_dir = None  # e.g. a work loop grinding the project's backlog
+    loop = _loop_config(loop_dir) if loop_dir is not None else None
     try:
-        return taskreg.tasks_path(project, state, loop_dir, config)
+        if loop is None:
+            return taskreg.tasks_path(project, state, loop_dir, config)
+        # As the loop decided at start: its own file, or (for a work loop grinding the project's
+        # backlog) the project's registry. A file loopwright did not write is only read by the loop.
+        project_tasks = _project_tasks(loop)
+        own, foreign = taskreg.loop_files(loop, project, state, loop_dir, project_tasks, config)
+        return own if own is not None else taskreg.foreign_file(project, foreign)
     except taskreg.RegistryError as exc:
         raise loops.LoopError(str(exc)) from None
 
 
-def _works_on_project_tasks(loop_dir: Path) -> bool:
-    from loopwright import modes
-
+def _loop_config(loop_dir: Path) -> dict | None:
     paths = loops.LoopPaths(loop_dir.parent.parent, loop_dir.name)
     try:
         loop = loops.load_config(paths, move_corrupt=False)
-        return bool(loop and modes.for_loop(loop).project_tasks)
-    except (UserError, ValueError, OSError):  # the loop's own trouble is reported where it is used
-        return False
+        if loop is not None:
+            _project_tasks(loop)  # a mode this version lacks, or a bad key of the mode's
+        return loop
+    except (UserError, ValueError, OSError):
+        return None  # the loop's own trouble is reported where it is used
+
+
+def _project_tasks(loop: dict) -> bool:
+    from loopwright import modes
+
+    return bool(modes.for_loop(loop).project_tasks)
 
 
 @click.group()
@@ -55,7 +67,8 @@ def task() -> None:
     """Tasks: the loop's work list. A loop cannot finish while a task is open.
 
     Inside a loop the tasks belong to that loop; elsewhere to the project. The file is
-    $LOOPWRIGHT_TASKS_FILE (absolute) if set, else `tasks_file` in .loopwright.json.
+    $LOOPWRIGHT_TASKS_FILE (absolute) if set; else, outside a loop, `tasks_file` in
+    .loopwright.json (a loop only reads that file, as information from the project).
     """
 
 
@@ -70,7 +83,9 @@ def task_add(obj: Ctx, text, depends_on, source, loop_name, as_json) -> None:
     """Add an open task; prints its id."""
     from loopwright.state import tasks as taskreg
 
-    entry = taskreg.add(_task_file(obj, loop_name), " ".join(text), source, list(depends_on))
+    path = _task_file(obj, loop_name)
+    own_registry = os.path.abspath(path) == os.path.abspath(obj.state / "tasks.jsonl")  # marked when made
+    entry = taskreg.add(path, " ".join(text), source, list(depends_on), mark_new=own_registry)
     emit(as_json, entry, entry["id"])
 
 

@@ -170,6 +170,9 @@ LOOP = Obj(
         "lock_mode": Str(8, choices=("skip", "wait", "force")),
         "gate_policy": Str(8, choices=("ask", "continue", "stop")),
         "budget_file": Str(4096, null=True),
+        # Where the loop's tasks come from, decided at start (state/tasks.py start_source):
+        # env, loop, project, or file:<relpath> for a file loopwright did not write (data).
+        "tasks_source": Str(4200, nonempty=True),
         "verify": Str(100_000, null=True),
         "verify_timeout": Num(1e-9, 1e5, null=True),
         "owner_session": Str(256, null=True),
@@ -183,6 +186,11 @@ LOOP = Obj(
         "project_dir": Str(4096, nonempty=True),
         "sig": Str(128, null=True),
         "adopted_at": TIME,
+        # A random id given at start and at adoption, and a counter every save raises: with
+        # the record of ended loops beside the key (state/trust.py) they tell an older copy
+        # of a loop that has ended since from the loop itself. Absent in older loops.
+        "loop_id": Str(64, nonempty=True),
+        "generation": Int(0, BIG),
         # Project rates below the built-in ones the user confirmed at start (core/rates.py;
         # the fields and the ceiling are rates.FIELDS and rates.MAX_RATE, held equal by a test).
         "accepted_rates": Map(

@@ -213,7 +213,9 @@ def observe(
     """Everything the router needs, read from disk. ``dry_run`` leaves corrupt files in place."""
     move = not dry_run
     mode = modes.for_loop(loop)
-    budget = loops.read_state(paths, "budget", move_corrupt=move) or router.initial_budget(loop)
+    budget = loops.read_state(paths, "budget", move_corrupt=move)
+    if budget is None:  # never started again from zero: that would reset its spend
+        raise loops.StateMissing(paths.name, paths.budget.name)
     modes.check_state(mode, budget)
     lock = loops.read_state(paths, "lock", move_corrupt=move)
     turn = _observe_turn(paths, loop, hook, budget, dry_run)
@@ -224,7 +226,7 @@ def observe(
     notes.extend(f"loopwright: {p}" for p in problems)
     rules = project_rules(loop)
     notes.extend(f"loopwright: {p}" for p in rules.problems)
-    registry, budget_chars = loop_tasks(paths, loop, notes, mode)
+    registry, tasks_text = loop_tasks(paths, loop, notes, mode)
     pending = loops.read_state(paths, "backprop_pending", move_corrupt=move)  # damaged: the loop stops
     cap = os.environ.get("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "8")
     snap = router.Snapshot(
@@ -243,7 +245,7 @@ def observe(
         reports=tuple(reports),
         rates=rates.table(rules.rates, loop.get("accepted_rates")),  # lower rows: only if confirmed
         tasks=registry,
-        tasks_text=taskreg.render(registry, budget_chars) if registry is not None else "",
+        tasks_text=tasks_text,
         tasks_pressure=taskreg.pressure_line(registry) if registry is not None and registry.total else None,
         backprop_pending=pending,
         mode=mode,
@@ -273,18 +275,19 @@ def _observe_turn(
 
 
 def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str], mode):
-    """The loop's tasks as the router reads them (an incremental view for a large
-    registry, see taskindex.py) and the prompt's character budget for them."""
+    """The loop's own tasks as the router reads them (an incremental view for a large
+    registry, see taskindex.py; None when it has none of its own), and the prompt's tasks
+    text: its own ``Tasks:`` section, then the tasks of a file loopwright did not write,
+    quoted as data (they never reach the router, so they hold nothing open)."""
     project = Path(loop.get("project_dir") or paths.state.parent)
     config, problem = project_config(project)
     if problem:
         notes.append(f"loopwright: {problem}")
     try:
-        own = None if mode.project_tasks else paths.dir
-        path = taskreg.tasks_path(project, paths.state, own, config)
+        own, foreign = taskreg.loop_files(loop, project, paths.state, paths.dir, mode.project_tasks, config)
     except taskreg.RegistryError as exc:
         notes.append(f"loopwright: {exc}")
-        path = paths.tasks
+        own, foreign = paths.tasks, None
     chars = (
         (config.get("tasks") or {}).get("prompt_budget_chars")
         if isinstance(config.get("tasks"), dict)
@@ -293,14 +296,34 @@ def loop_tasks(paths: loops.LoopPaths, loop: dict, notes: list[str], mode):
     chars = int(chars) if isinstance(chars, int) and chars > 0 else taskreg.DEFAULT_PROMPT_BUDGET
     from loopwright.state import taskindex
 
+    registry = None
+    if own is not None:
+        try:
+            registry = taskindex.view(own, paths.dir / "tasks-index.sqlite", chars)
+        except taskreg.RegistryError as exc:
+            # A tasks file that cannot be read safely must not read as "no open tasks":
+            # that would let a completion claim through. The loop stops instead.
+            raise store.CorruptFile(own, None, str(exc)) from None
+        notes.extend(f"loopwright: {p}" for p in registry.problems[:3])
+    text = taskreg.render(registry, chars) if registry is not None else ""
+    quoted = _foreign_tasks(paths, project, foreign, chars, notes) if foreign else ""
+    return registry, "\n\n".join(t for t in (text, quoted) if t)
+
+
+def _foreign_tasks(paths: loops.LoopPaths, project: Path, relpath: str, chars: int, notes: list[str]) -> str:
+    """The open tasks of a file loopwright did not write, quoted and attributed to it. One that
+    cannot be read is left out with a note: it holds nothing open, so nothing rides on it."""
+    from loopwright.core.termsafe import one_line
+    from loopwright.state import taskindex
+
     try:
-        registry = taskindex.view(path, paths.dir / "tasks-index.sqlite", chars)
+        reg = taskindex.view(
+            taskreg.foreign_file(project, relpath), paths.dir / "tasks-index-project.sqlite", chars
+        )
     except taskreg.RegistryError as exc:
-        # A tasks file that cannot be read safely must not read as "no open tasks":
-        # that would let a completion claim through. The loop stops instead.
-        raise store.CorruptFile(path, None, str(exc)) from None
-    notes.extend(f"loopwright: {p}" for p in registry.problems[:3])
-    return registry, chars
+        notes.append(f"loopwright: the tasks of {one_line(relpath)} are not shown: {exc}")
+        return ""
+    return taskreg.render_foreign(reg, relpath, chars)
 
 
 def project_rules(loop: dict) -> claudemd.ProjectRules:
@@ -401,10 +424,15 @@ def _tick(paths: loops.LoopPaths, hook: HookInput, now: float, notes: list[str])
         summary = commit.recover(paths, loop, project_rules(loop).redactions)
         if summary is not None:  # the previous tick ended the loop but was cut short
             return {"systemMessage": summary}, None
+        missing = loops.missing_state(paths, loop)  # after recover: a tick cut short writes history
+        if missing:
+            raise loops.StateMissing(paths.name, missing)
         ledger = loops.read_state(paths, "ledger")
         snap = observe(paths, loop, hook, now, notes)
     except store.CorruptFile as exc:
         return _stop_on_corrupt(paths, hook, now, exc), None
+    except loops.StateMissing as exc:
+        return _stop_on_missing(paths, loop, hook, now, exc), None
     except (loops.UntrustedLoop, UnsafePath) as exc:
         return {"systemMessage": f"loopwright: {exc}"}, None
     except (schema.SchemaError, modes.UnknownMode) as exc:  # signed by us, but by another version
@@ -482,6 +510,32 @@ def _stop_on_corrupt(paths: loops.LoopPaths, hook: HookInput, now: float, exc: s
     return {
         "systemMessage": f"loopwright: loop {paths.name} stopped: {exc}. Inspect it with `loopwright status`."
     }
+
+
+def _stop_on_missing(
+    paths: loops.LoopPaths, loop: dict, hook: HookInput, now: float, exc: loops.StateMissing
+) -> dict:
+    """budget.json or history.jsonl of a signed active loop is gone: the loop ends
+    ``STOPPED:state_missing``, its report naming the file; its counters come from what is left
+    (the budget, else the last history line), never from zero."""
+    from loopwright.tick import ending
+
+    journal.write(paths, {"event": "state_missing", "file": exc.what}, session=hook.session_id, now=now)
+    budget = None
+    try:
+        budget = loops.read_state(paths, "budget", move_corrupt=False)
+    except (store.CorruptFile, UnsafePath):
+        pass
+    if budget is None:
+        budget = router.initial_budget(loop)
+        try:
+            last = store.last_jsonl_record(paths.history, spec=schema.HISTORY) or {}
+        except UnsafePath:
+            last = {}
+        budget.update((last.get("budget_snapshot") or {}) if isinstance(last, dict) else {})
+    reason = f"{exc.what} was missing: the loop stops rather than count again from zero"
+    summary = ending.end_loop(paths, loop, budget, router.stopped("state_missing"), reason, now)
+    return {"systemMessage": f"loopwright: {exc}. {summary}"}
 
 
 def main_with(raw: bytes) -> int:

@@ -42,6 +42,32 @@ class UntrustedLoop(LoopError):
         )
 
 
+class EndedCopy(UntrustedLoop):
+    """A loop.json this user's loopwright signed, put back after the loop ended: an older copy
+    (the record of ended loops beside the key says so). Never continued."""
+
+    def __init__(self, name: str, why: str):
+        self.name, self.why = name, why
+        LoopError.__init__(
+            self,
+            f"loop {name} is an older copy of a loop that has ended ({why}); loopwright does not continue "
+            f"it. Delete it with `loopwright teardown {name} --force`, or, to run it again on purpose, "
+            f"review it with `loopwright adopt {name}`",
+        )
+
+
+class StateMissing(LoopError):
+    """A signed loop whose budget or history file is gone: it stops, and is never started
+    again from zero (deleting budget.json would otherwise reset its spend)."""
+
+    def __init__(self, name: str, what: str):
+        self.name, self.what = name, what
+        super().__init__(
+            f"loop {name}: {what} is missing (removed after the loop started); the loop stops rather "
+            "than count its iterations and spend again from zero. Start a new loop to go on"
+        )
+
+
 class LoopPaths:
     """Every file of one loop, under ``<state>/loops/<name>/``."""
 
@@ -353,9 +379,12 @@ def load_config(paths: LoopPaths, *, move_corrupt: bool = True) -> dict | None:
 
     None when there is none. UntrustedLoop when it does not parse or is not signed
     by this user's key (nothing of such a loop is touched: not even moved aside).
-    CorruptFile when it is ours but has the wrong shape (moved aside).
+    CorruptFile when it is ours but has the wrong shape (moved aside). UntrustedLoop also
+    when its directory or loop.json is another user's or writable by others (they could
+    change it at any time), and EndedCopy when it is an older copy of a loop that has ended.
     """
-    check_dirs(paths.state, paths.name)
+    check_dirs(paths.state)
+    check_loop_dir(paths)
     try:
         cfg = store.read_json(paths.config, move_corrupt=False)
     except store.CorruptFile as exc:
@@ -375,7 +404,60 @@ def load_config(paths: LoopPaths, *, move_corrupt: bool = True) -> dict | None:
     except (schema.SchemaError, UnsafePath) as exc:
         moved = store.move_aside(paths.config) if move_corrupt else None
         raise store.CorruptFile(paths.config, moved, f"wrong shape: {exc}") from None
+    if cfg.get("status") == ACTIVE:
+        why = trust.ended_earlier(cfg, paths.state, paths.name)
+        if why:
+            raise EndedCopy(paths.name, why)
     return cfg
+
+
+def check_loop_dir(paths: LoopPaths) -> None:
+    """The loop's directory and its loop.json must be this user's, writable by nobody else:
+    whoever else can write them can change the loop's files between any two reads (delete
+    budget.json to reset its spend, add tasks to its prompt). Such a loop is not trusted
+    (UntrustedLoop); adopting it copies it into a new private directory. A symlink or a file
+    where the directory belongs is UnsafePath."""
+    try:
+        st = os.lstat(paths.dir)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        _real_dir(paths.dir)  # says why in its words: a symlink, or not a directory
+    why = _foreign("its directory", st)
+    if why is None:
+        try:
+            why = _foreign("its loop.json", os.lstat(paths.config))
+        except FileNotFoundError:
+            pass
+    if why:
+        raise UntrustedLoop(paths.name, why)
+
+
+def _foreign(what: str, st: os.stat_result) -> str | None:
+    if st.st_uid != os.geteuid():
+        return f"{what} belongs to another user (uid {st.st_uid}), who can change it"
+    if st.st_mode & 0o022:
+        return f"{what} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def missing_state(paths: LoopPaths, cfg: dict) -> str | None:
+    """Which of a signed loop's budget.json and history.jsonl is gone, or None. Both exist
+    from its start on (start writes them before loop.json); a loop started by an older
+    version (no ``loop_id``) has history.jsonl from its first committed tick on."""
+    if not os.path.lexists(paths.budget):
+        return paths.budget.name
+    if os.path.lexists(paths.history):
+        return None
+    if cfg.get("loop_id"):
+        return paths.history.name
+    try:
+        budget = read_state(paths, "budget", move_corrupt=False) or {}
+    except (store.CorruptFile, UnsafePath):
+        return None  # the reader that acts on it reports it
+    if budget.get("tick") is not None or budget.get("iterations_used"):
+        return paths.history.name
+    return None
 
 
 def check_loop_values(paths: LoopPaths, cfg: dict) -> None:
@@ -421,12 +503,22 @@ def save_config(paths: LoopPaths, cfg: dict) -> dict:
 
     Every change of ``status`` or ``owner_session`` passes here, and the owner index
     follows: its entries go before loop.json changes, the new one comes after, so the
-    launcher never sees a lone entry that disagrees with loop.json (only none: doubt)."""
-    signed = trust.sign(cfg, paths.state, paths.name)
+    launcher never sees a lone entry that disagrees with loop.json (only none: doubt).
+
+    Every save raises ``generation``; saving a loop as ended records that generation beside
+    the key, so an older copy of it put back later is not continued (trust.ended_earlier)."""
+    signed = sign_config(paths, cfg)
     set_owner_index(paths, None)
     store.write_json(paths.config, signed)
     set_owner_index(paths, owner_entry(paths.name, signed))
+    if signed.get("status") == ENDED:
+        trust.record_ended(signed, paths.state, paths.name)
     return signed
+
+
+def sign_config(paths: LoopPaths, cfg: dict) -> dict:
+    """``cfg`` as the next save of loop ``paths.name`` writes it: one generation on, signed."""
+    return trust.sign(dict(cfg, generation=trust.generation(cfg) + 1), paths.state, paths.name)
 
 
 def is_cancelled(paths: LoopPaths) -> bool:

@@ -184,3 +184,91 @@ def verify(cfg: dict, state: Path, name: str, key: bytes | None) -> str | None:
     if not compare_digest(want, sig):
         return "its signature does not match (written elsewhere, by someone else, or edited by hand)"
     return None
+
+
+# --- loops that ended ------------------------------------------------------------------------
+#
+# A copy of a loop's directory taken while it ran and put back after it ended (a backup
+# restored, a directory copied aside and back) still carries a valid signature: this user's
+# loopwright signed it. So the end of every loop is also recorded beside the key, outside
+# every project: one small file per loop, named by a hash of the project's real path, the
+# loop's name and its id, holding the generation (loop.json's save counter, signed) at which
+# it ended. An active loop.json whose generation is no higher is an older copy and is not
+# trusted; a loop reopened on purpose (resume) is saved with a higher generation. On the Stop's
+# path this is one failed open for a loop that never ended.
+
+ENDED_DIRNAME = "ended"
+ENDED_UNKNOWN = 1 << 62  # a record that cannot be read as a number: ended, at an unknown generation
+
+
+def loop_identity(cfg: dict) -> str:
+    """The loop's random id: ``loop_id`` (set at start and at adoption), else the older ``id``."""
+    ident = cfg.get("loop_id") or cfg.get("id")
+    return ident if isinstance(ident, str) else ""
+
+
+def generation(cfg: dict) -> int:
+    gen = cfg.get("generation")
+    return gen if type(gen) is int and gen >= 0 else 0
+
+
+def _ended_path(project: str, name: str, ident: str) -> str:
+    parts = b"\0".join(s.encode("utf-8", "surrogateescape") for s in (project, name, ident))
+    return os.path.join(str(key_path().parent), ENDED_DIRNAME, _sha256(parts).hexdigest()[:32])
+
+
+def ended_generation(project: str, name: str, ident: str) -> int | None:
+    """The generation at which this loop was recorded as ended; None when it never was."""
+    try:
+        fd = os.open(
+            _ended_path(project, name, ident), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        )
+    except FileNotFoundError:
+        return None
+    except OSError:  # a record that is there but cannot be opened still says "ended"
+        return ENDED_UNKNOWN
+    try:
+        text = os.read(fd, 64).strip()
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() else ENDED_UNKNOWN
+
+
+def ended_earlier(cfg: dict, state: Path, name: str) -> str | None:
+    """Why an active ``cfg`` is an older copy of a loop that has ended since, or None."""
+    ended = ended_generation(real_project(state), name, loop_identity(cfg))
+    gen = generation(cfg)
+    if ended is None or gen > ended:
+        return None
+    when = f" at save {ended}" if ended != ENDED_UNKNOWN else ""
+    return f"it ended or was cancelled{when}, and this copy of its loop.json is older (save {gen})"
+
+
+def record_ended(cfg: dict, state: Path, name: str) -> None:
+    """Remember that the loop of ``cfg`` (as saved, ended) ended at its generation: written
+    atomically beside the key, never lowered. Best effort: the loop has ended either way."""
+    project, ident, gen = real_project(state), loop_identity(cfg), generation(cfg)
+    path = _ended_path(project, name, ident)
+    prior = ended_generation(project, name, ident)
+    if prior is not None and prior >= gen:
+        return
+    try:
+        os.mkdir(os.path.dirname(path), 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return
+    tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"%d\n" % gen)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

@@ -19,6 +19,7 @@ OUTCOME_WORDS = {
     "MAX_ITERATIONS": "the iteration limit was reached",
     "CANCELLED": "the loop was cancelled",
     "EXTERNAL_UNREACHABLE": "an external service was unreachable for two iterations in a row",
+    "STOPPED:state_missing": "the loop's budget or history file was gone",
 }
 
 

@@ -54,8 +54,13 @@ def _tasks(loop: dict) -> list[dict]:
 
     project = Path(loop["project_dir"])
     config, _ = project_config(project)
-    path = taskreg.tasks_path(project, state_dir(project), None, config)
-    reg = taskreg.load(path)
+    state = state_dir(project)
+    # The backlog as decided at start (loop.json's tasks_source): a later .loopwright.json cannot move it.
+    try:
+        own, foreign = taskreg.loop_files(loop, project, state, state, True, config)
+        reg = taskreg.load(own if own is not None else taskreg.foreign_file(project, foreign))
+    except taskreg.RegistryError as exc:
+        raise ValueError(str(exc)) from None
     if reg.problems:
         raise ValueError(reg.problems[0])
     return [
