@@ -309,7 +309,7 @@ def test_an_old_copy_of_an_ended_loop_put_back_is_not_continued(project, tmp_pat
     assert not marker.exists()  # no verify ran
     res = lw(project, "resume", "prompt", "--session", "S1")
     assert res.returncode == 1 and "older copy" in res.stderr
-    assert "prompt: UNTRUSTED" in ok(project, "status")
+    assert "prompt: OLDER COPY of a loop that has ended" in ok(project, "status")
     # Run again only on purpose: reviewed and adopted, it is a new loop of the user's.
     _, digest = review(project, "prompt")
     ok(project, "adopt", "prompt", "--yes", digest)

@@ -59,7 +59,14 @@ def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
             raise loops.LoopError("it has no loop.json")
         paths.configured(cfg)
     except loops.UntrustedLoop as exc:
-        return {"name": paths.name, "status": "untrusted", "problem": exc.why, "trusted": False}
+        old_copy = isinstance(exc, loops.EndedCopy)
+        return {
+            "name": paths.name,
+            "status": "untrusted",
+            "problem": exc.why,
+            "trusted": False,
+            "ended_copy": old_copy,
+        }
     except (loops.LoopError, store.CorruptFile, UnsafePath) as exc:
         return {"name": paths.name, "status": "damaged", "problem": str(exc), "trusted": True}
     problem = None

@@ -60,6 +60,13 @@ def status(obj: Ctx, name: str | None, as_json: bool) -> None:
 
 def _print_summary(state: Path, s: dict) -> None:
     paths = loops.LoopPaths(state, s["name"])
+    if s.get("ended_copy"):
+        echo(
+            f"{s['name']}: OLDER COPY of a loop that has ended ({s['problem']}); "
+            "loopwright never continues it."
+        )
+        echo(f"  Remove it with `loopwright teardown {s['name']} --force`.")
+        return
     if s["status"] == "untrusted":
         echo(f"{s['name']}: UNTRUSTED: not created by your loopwright in this project ({s['problem']}).")
         echo(
