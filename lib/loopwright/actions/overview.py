@@ -51,6 +51,17 @@ def project_rates(cfg: dict, cache: dict | None = None) -> dict | None:
     }
 
 
+def _untrusted(paths: loops.LoopPaths, exc: loops.UntrustedLoop) -> dict:
+    ended_copy = isinstance(exc, loops.EndedCopy)
+    return {
+        "name": paths.name,
+        "status": "untrusted",
+        "problem": exc.why,
+        "trusted": False,
+        "ended_copy": ended_copy,
+    }
+
+
 def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
     """One loop for `status`. Read-only: a damaged or untrusted loop is described, never changed."""
     try:
@@ -59,14 +70,7 @@ def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
             raise loops.LoopError("it has no loop.json")
         paths.configured(cfg)
     except loops.UntrustedLoop as exc:
-        old_copy = isinstance(exc, loops.EndedCopy)
-        return {
-            "name": paths.name,
-            "status": "untrusted",
-            "problem": exc.why,
-            "trusted": False,
-            "ended_copy": old_copy,
-        }
+        return _untrusted(paths, exc)
     except (loops.LoopError, store.CorruptFile, UnsafePath) as exc:
         return {"name": paths.name, "status": "damaged", "problem": str(exc), "trusted": True}
     problem = None

@@ -58,25 +58,32 @@ def status(obj: Ctx, name: str | None, as_json: bool) -> None:
         _print_summary(state, s)
 
 
-def _print_summary(state: Path, s: dict) -> None:
-    paths = loops.LoopPaths(state, s["name"])
+def _print_problem(paths: loops.LoopPaths, s: dict) -> bool:
+    """An untrusted, older or damaged loop, in two lines; False for a loop to show in full."""
     if s.get("ended_copy"):
         echo(
             f"{s['name']}: OLDER COPY of a loop that has ended ({s['problem']}); "
             "loopwright never continues it."
         )
         echo(f"  Remove it with `loopwright teardown {s['name']} --force`.")
-        return
+        return True
     if s["status"] == "untrusted":
         echo(f"{s['name']}: UNTRUSTED: not created by your loopwright in this project ({s['problem']}).")
         echo(
             f"  loopwright never runs it. See its goal and commands, and take it over if you mean to, with "
             f"`loopwright adopt {s['name']}`; or remove it with `loopwright teardown {s['name']} --force`."
         )
-        return
+        return True
     if s["status"] == "damaged":
         echo(f"{s['name']}: DAMAGED: {s['problem']}")
         echo(f"  inspect the files in {paths.dir}; `loopwright teardown {s['name']} --force` removes it")
+        return True
+    return False
+
+
+def _print_summary(state: Path, s: dict) -> None:
+    paths = loops.LoopPaths(state, s["name"])
+    if _print_problem(paths, s):
         return
     if s["status"] == loops.ACTIVE:
         what = " · ".join([f"{s['mode']} mode", *s.get("mode_status", [])])
