@@ -261,6 +261,17 @@ def test_run_turns_a_mode_and_its_options_into_its_command(monkeypatch):
     assert run_cli._mode_command(("fix", "the", "tests"), {"max_iterations": None}) is None
     with pytest.raises(SystemExit):
         run_cli._mode_command(("fix", "--oops"), {})
+    # A flag travels as a bare option, and lands in the start request the slash command builds.
+    flagged = run_cli._mode_command(("work",), {"accept_project_rates": True, "max_iterations": None})
+    assert flagged == "/loopwright:work --loop --accept-project-rates"
+    from loopwright.actions import start
+    from loopwright.core import slashargs
+    from loopwright.modes.work import slash as work_slash
+
+    _, opts = slashargs.parse(flagged.split(" ", 1)[1], work_slash.OPTIONS)
+    req = start.StartRequest(prompt="x")
+    start.apply_limits(req, opts)
+    assert req.accept_project_rates is True
 
 
 def test_skip_at_the_repeated_failure_gate_leaves_the_item_out():

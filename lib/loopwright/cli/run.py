@@ -70,6 +70,12 @@ class Reporter:
 @click.option(
     "--max-dollars", type=float, help="Dollar ceiling (default 25; 0 tracks spend without a limit)."
 )
+@click.option(
+    "--accept-project-rates",
+    is_flag=True,
+    default=None,
+    help="Count the project's CLAUDE.md rates even where they are below the built-in ones.",
+)
 @click.option("--completion-promise", help='Sentinel text (default "LOOP COMPLETE").')
 @click.option("--verify", help="A command that must pass before a completion claim is accepted.")
 @click.option("--name", help="Loop name (default: the mode, made unique).")
@@ -173,7 +179,11 @@ def _mode_command(words: tuple, limits: dict) -> str | None:
         if value is not None:
             if option not in known:
                 fail(f"{option} does not apply to `run {words[0]}`")
-            rest += [option, f"{value:g}" if isinstance(value, float) else str(value)]
+            rest += (
+                [option]
+                if value is True
+                else [option, f"{value:g}" if isinstance(value, float) else str(value)]
+            )
     return f"/loopwright:{words[0]} " + " ".join(shlex.quote(w) for w in rest)
 
 
