@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import LIB
 from loopwright.state import claudemd
-from loopwright.state.claudemd import MARK, match_spans, redact_text
+from loopwright.state.redaction import MARK, match_spans, redact_text
 
 re2 = pytest.importorskip("re2")
 OPTIONS = re2.Options()
