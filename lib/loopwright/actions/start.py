@@ -376,5 +376,7 @@ def announcement(loop: dict, verb: str = "started", state: dict | None = None) -
 
 def _tasks_line(loop: dict) -> list[str]:
     """Where the loop's tasks come from, when not from its own file (state/tasks.py)."""
-    line = taskreg.describe_source(loop.get("tasks_source"), modes.get(loop["mode"]).project_tasks)
+    from loopwright.state.tasksource import describe_source
+
+    line = describe_source(loop.get("tasks_source"), modes.get(loop["mode"]).project_tasks)
     return [line] if line else []

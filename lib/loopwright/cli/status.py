@@ -131,13 +131,13 @@ def _print_summary(state: Path, s: dict) -> None:
 def _print_tasks_source(s: dict) -> None:
     """Where the loop's tasks come from, when not from its own file."""
     from loopwright import modes
-    from loopwright.state import tasks as taskreg
+    from loopwright.state.tasksource import describe_source
 
     try:
         project_tasks = modes.get(s["mode"]).project_tasks
     except modes.UnknownMode:
         project_tasks = False
-    line = taskreg.describe_source(s.get("tasks_source"), project_tasks)
+    line = describe_source(s.get("tasks_source"), project_tasks)
     if line:
         echo("  " + line[0].lower() + line[1:])
 

@@ -323,7 +323,9 @@ def _foreign_tasks(paths: loops.LoopPaths, project: Path, relpath: str, chars: i
     except taskreg.RegistryError as exc:
         notes.append(f"loopwright: the tasks of {one_line(relpath)} are not shown: {exc}")
         return ""
-    return taskreg.render_foreign(reg, relpath, chars)
+    from loopwright.state.tasksource import render_foreign
+
+    return render_foreign(reg, relpath, chars)
 
 
 def project_rules(loop: dict) -> claudemd.ProjectRules:

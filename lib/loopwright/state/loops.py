@@ -18,7 +18,7 @@ import stat
 
 from loopwright.core import schema
 from loopwright.core.errors import LoopError, UnsafePath, UserError
-from loopwright.state import ownership, store, trust
+from loopwright.state import store, trust
 from loopwright.state.fspath import Path
 from loopwright.state.project import is_id, is_loop_name
 
@@ -158,7 +158,7 @@ def _real_dir(path: Path) -> bool:
         raise UnsafePath(f"{path} is a symlink; loopwright does not follow symlinks in its state (remove it)")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePath(f"{path} is not a directory; remove it")
-    why = ownership.problem(path, st)
+    why = _dir_problem(path, st)
     if why:
         raise UnsafePath(why)
     return True
@@ -431,6 +431,22 @@ def check_loop_dir(paths: LoopPaths) -> None:
             pass
     if why:
         raise UntrustedLoop(paths.name, why)
+
+
+def _dir_problem(path: object, st: os.stat_result) -> str | None:
+    """Why the directory ``path`` may not hold loopwright's state (another user owns it or can
+    write it: they could edit the owner index, plant a FIFO, put back an old copy), or None."""
+    if st.st_uid != os.geteuid():
+        return (
+            f"{path} belongs to another user (uid {st.st_uid}) and loopwright keeps state only in "
+            f"directories you own; move it away (mv '{path}' '{path}.untrusted') and start again"
+        )
+    if st.st_mode & 0o022:
+        return (
+            f"{path} can be written by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"fix it with: chmod go-w '{path}'"
+        )
+    return None
 
 
 def _foreign(what: str, st: os.stat_result) -> str | None:
