@@ -87,18 +87,10 @@ def _budget(paths: loops.LoopPaths, loop: dict, *, ending: bool = False, restori
     and a resume (``restoring``) from the counters of the last history line."""
     budget = loops.read_state(paths.configured(loop), "budget")
     if budget is None:
-        if not (ending or (restoring and _history_snapshot(paths) is not None)):
+        if not (ending or (restoring and loops.last_snapshot(paths) is not None)):
             raise loops.StateMissing(paths.name, paths.budget.name)
         budget = router.initial_budget(loop)
     return budgets.upgrade(budget, loop)
-
-
-def _history_snapshot(paths: loops.LoopPaths) -> dict | None:
-    """The last history line that carries a budget snapshot (a damaged last line is skipped)."""
-    from loopwright.core.schema import HISTORY
-
-    last = store.last_jsonl_record(paths.history, spec=HISTORY)
-    return last if last and isinstance(last.get("budget_snapshot"), dict) else None
 
 
 def cancel(state: Path, name: str | None, session: str | None, reason: str = "cancelled by the user") -> str:
@@ -166,7 +158,7 @@ def _restore_from_history(paths: loops.LoopPaths, budget: dict) -> list[str]:
     the ceilings stay as recorded. Gate answers are kept as audit only."""
     from loopwright.core.schema import SNAPSHOT_COUNTERS
 
-    last = _history_snapshot(paths)
+    last = loops.last_snapshot(paths)
     if last is None:
         return []
     snap = last["budget_snapshot"]

@@ -531,10 +531,10 @@ def _stop_on_missing(
     if budget is None:
         budget = router.initial_budget(loop)
         try:
-            last = store.last_jsonl_record(paths.history, spec=schema.HISTORY) or {}
+            last = loops.last_snapshot(paths)
         except UnsafePath:
-            last = {}
-        budget.update((last.get("budget_snapshot") or {}) if isinstance(last, dict) else {})
+            last = None
+        budget.update(last["budget_snapshot"] if last else {})
     reason = f"{exc.what} was missing: the loop stops rather than count again from zero"
     summary = ending.end_loop(paths, loop, budget, router.stopped("state_missing"), reason, now)
     return {"systemMessage": f"loopwright: {exc}. {summary}"}

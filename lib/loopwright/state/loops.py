@@ -436,25 +436,22 @@ def check_loop_dir(paths: LoopPaths) -> None:
 def _dir_problem(path: object, st: os.stat_result) -> str | None:
     """Why the directory ``path`` may not hold loopwright's state (another user owns it or can
     write it: they could edit the owner index, plant a FIFO, put back an old copy), or None."""
-    if st.st_uid != os.geteuid():
+    why = store.others_can_change(st)
+    if why is None:
+        return None
+    if why.startswith("belongs"):
         return (
-            f"{path} belongs to another user (uid {st.st_uid}) and loopwright keeps state only in "
-            f"directories you own; move it away (mv '{path}' '{path}.untrusted') and start again"
+            f"{path} {why} and loopwright keeps state only in directories you own; "
+            f"move it away (mv '{path}' '{path}.untrusted') and start again"
         )
-    if st.st_mode & 0o022:
-        return (
-            f"{path} can be written by other users (mode {stat.S_IMODE(st.st_mode):o}); "
-            f"fix it with: chmod go-w '{path}'"
-        )
-    return None
+    return f"{path} {why}; fix it with: chmod go-w '{path}'"
 
 
 def _foreign(what: str, st: os.stat_result) -> str | None:
-    if st.st_uid != os.geteuid():
-        return f"{what} belongs to another user (uid {st.st_uid}), who can change it"
-    if st.st_mode & 0o022:
-        return f"{what} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
+    why = store.others_can_change(st)
+    if why is None:
+        return None
+    return f"{what} {why}, who can change it" if why.startswith("belongs") else f"{what} {why}"
 
 
 def missing_state(paths: LoopPaths, cfg: dict) -> str | None:
@@ -474,6 +471,13 @@ def missing_state(paths: LoopPaths, cfg: dict) -> str | None:
     if budget.get("tick") is not None or budget.get("iterations_used"):
         return paths.history.name
     return None
+
+
+def last_snapshot(paths: LoopPaths) -> dict | None:
+    """The last history line, when it carries a budget snapshot (a damaged last line is skipped):
+    where a loop's counters come back from when its budget.json is gone."""
+    last = store.last_jsonl_record(paths.history, spec=schema.HISTORY)
+    return last if last and isinstance(last.get("budget_snapshot"), dict) else None
 
 
 def check_loop_values(paths: LoopPaths, cfg: dict) -> None:

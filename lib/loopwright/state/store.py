@@ -78,6 +78,17 @@ def file_lock(path: Path, shared: bool = False) -> FileLock:
     return FileLock(path, shared)
 
 
+def others_can_change(st: os.stat_result) -> str | None:
+    """Why a file or directory (its ``stat``) is in other hands: "belongs to another user
+    (uid N)" or "can be written by other users (mode M)", as ssh asks of its own; None when
+    only this user (or root) can change it."""
+    if st.st_uid != os.geteuid():
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(str(directory), os.O_RDONLY)

@@ -23,6 +23,7 @@ from _operator import _compare_digest as compare_digest  # what hmac.compare_dig
 
 from loopwright.core import jsoncodec
 from loopwright.state.fspath import Path
+from loopwright.state.store import others_can_change
 
 try:  # the built-in SHA-256 (no OpenSSL to load): _sha2 from Python 3.12, _sha256 before
     from _sha2 import sha256 as _sha256
@@ -56,13 +57,10 @@ def _check_key_dir(directory: Path) -> bool:
         raise KeyProblem(f"{directory} cannot be read ({exc.strerror})") from None
     if not stat.S_ISDIR(st.st_mode):
         raise KeyProblem(f"{directory} is not a directory; move it away and start a loop to make a new key")
-    if st.st_uid != os.getuid():
-        raise KeyProblem(f"{directory} belongs to another user (uid {st.st_uid}); move it away")
-    if st.st_mode & 0o022:
-        raise KeyProblem(
-            f"{directory} can be written by other users (mode {stat.S_IMODE(st.st_mode):o}); "
-            f"fix it with: chmod 700 '{directory}'"
-        )
+    why = others_can_change(st)
+    if why:
+        fix = "move it away" if why.startswith("belongs") else f"fix it with: chmod 700 '{directory}'"
+        raise KeyProblem(f"{directory} {why}; {fix}")
     return True
 
 
