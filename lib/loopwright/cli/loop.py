@@ -111,7 +111,8 @@ def start(obj: Ctx, prompt, session, prompt_file, args_stdin, accept_project_rat
 def route(obj: Ctx, name, session, message, transcript_path, explain) -> None:
     """Dry run: what the router would decide at a Stop right now, and why. Changes nothing."""
     from loopwright.core.completion import sentinel
-    from loopwright.events import stop as hook
+    from loopwright.events.hookinput import HookInput
+    from loopwright.events.observe import observe
 
     state = obj.state
     paths = control.pick_loop(state, name, session)
@@ -128,7 +129,7 @@ def route(obj: Ctx, name, session, message, transcript_path, explain) -> None:
     if message is not None:
         data["last_assistant_message"] = message
     notes: list[str] = []
-    snap = hook.observe(paths, loop, hook.HookInput(data), time.time(), notes, dry_run=True)
+    snap = observe(paths, loop, HookInput(data), time.time(), notes, dry_run=True)
     decision = router.decide(snap)
     head = {router.CONTINUE: "CONTINUE", router.HOLD: "HOLD"}.get(decision.action, decision.outcome)
     echo(head)

@@ -66,3 +66,21 @@ def has_sentinel(message: str | None, promise: str) -> bool:
         if text is not None and normalise(text) == want:
             return True
     return False
+
+
+def completion_claimed(snap) -> tuple[bool, str]:
+    """Whether the final assistant message carries the sentinel, and where it was seen."""
+    promise = snap.loop["completion_promise"]
+    if snap.last_message is not None:
+        if has_sentinel(snap.last_message, promise):
+            return True, "last_assistant_message"
+        # last_assistant_message holds only the final text block; the transcript has
+        # the whole message. Trust it only when it has caught up with that block.
+        blocks = snap.turn.final_blocks
+        caught_up = len(blocks) > 1 and blocks[-1].strip() == snap.last_message.strip()
+        if caught_up and has_sentinel(snap.turn.final_text, promise):
+            return True, "transcript (final message)"
+        return False, ""
+    if has_sentinel(snap.turn.final_text, promise):
+        return True, "transcript (final message)"
+    return False, ""

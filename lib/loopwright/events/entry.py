@@ -7,10 +7,8 @@ import os
 import sys
 
 from loopwright.core import jsoncodec
+from loopwright.events.hookinput import MAX_STDIN_BYTES  # larger stdin is refused with a note
 from loopwright.state.project import has_active_loops, state_dir
-
-# Larger stdin is refused (with a note) rather than parsed.
-MAX_STDIN_BYTES = 16 * 1024 * 1024
 
 
 def stop() -> int:
@@ -207,7 +205,7 @@ def tool_failure() -> int:
     if not has_active_loops(state_dir()):
         return 0
     try:
-        from loopwright.events import stop as hook
+        from loopwright.events import toolfailure
     except ImportError:
         return 0  # the Stop hook reports missing packages; this side channel stays quiet
-    return hook.tool_failure_main(raw)
+    return toolfailure.tool_failure_main(raw)
