@@ -6,16 +6,18 @@ are noisy and ratios are not:
 
   fast path          no active loop in the project (the launcher decides, no Python)
   fast path (py)     the same without CLAUDE_PROJECT_DIR (Python decides, stdlib only)
+  session start      SessionStart with the plugin's packages installed and current
   foreign session    a loop is active, but owned by another session
   active 10 KB       the owning session's Stop, 10 KB transcript
   active 100 MB      the same with a 100 MB transcript
   ... + 100k history the 100 MB case with a 100,000-line history.jsonl
 
 Targets, as ratios to the bare interpreter start in the same run: no active loop
-<= 0.2x; another session's Stop while a loop is active <= 1.0x (the launcher
+<= 0.2x; SessionStart with nothing to install <= 1.0x (a file comparison, no
+Python); another session's Stop while a loop is active <= 1.0x (the launcher
 decides it from the owner index); the owning session's Stop <= 3.0x on a 10 KB and
 on a 100 MB transcript, within +-20% of each other, also with a 100,000-line
-history (a tick appends to the history, it never reads it). A prompt-mode Stop
+history (a tick appends to the history and reads back its last line only). A prompt-mode Stop
 imports nothing of task mode, and no run-time dependency.
 
     python bench/bench_stop.py [--runs N] [--big-mb 100] [--check] [--json]
@@ -36,6 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 STOP = REPO / "hooks" / "stop"
+SESSION_START = REPO / "hooks" / "session-start"
 CLI = REPO / "bin" / "loopwright"
 
 
@@ -104,8 +107,22 @@ def make_transcript(path: Path, size: int) -> None:
 def start_loop(project: Path) -> str:
     """A loop owned by session BENCH that no budget ends during a run; what start printed."""
     argv = [str(CLI), "-C", str(project), "start", "--session", "BENCH"]
-    argv += ["--max-iterations", "1000000", "--max-minutes", "100000", "benchmark goal"]
+    # No dollar ceiling either: the usage in a big transcript's first window would end the loop,
+    # and its Stops would then be timed on the launcher's no-loop path.
+    argv += ["--max-iterations", "1000000", "--max-minutes", "100000", "--max-dollars", "1000000000"]
+    argv += ["benchmark goal"]
     return subprocess.run(argv, env=env_for(None), check=True, capture_output=True, text=True).stdout
+
+
+def installed_env(root: Path) -> dict:
+    """SessionStart's environment when the plugin's packages are installed and current (no
+    LOOPWRIGHT_PYTHON: the hook would return before its one file comparison)."""
+    data = root / "plugin-data"
+    (data / "venv").mkdir(parents=True)
+    shutil.copy(REPO / "requirements.txt", data / "venv" / ".loopwright-requirements")
+    env = env_for(None, CLAUDE_PLUGIN_DATA=str(data), CLAUDE_ENV_FILE=str(root / "env.sh"))
+    env.pop("LOOPWRIGHT_PYTHON")
+    return env
 
 
 def owner_event(project: Path, transcript: Path) -> bytes:
@@ -126,7 +143,9 @@ def active_project(root: Path, name: str, transcript: Path) -> tuple[Path, bytes
     start_loop(project)
     event = owner_event(project, transcript)
     # One tick to settle the cursor at the end: later ticks read only what is new.
-    subprocess.run([str(STOP)], input=event, env=env_for(project), check=True, stdout=subprocess.DEVNULL)
+    settled = subprocess.run([str(STOP)], input=event, env=env_for(project), check=True, capture_output=True)
+    # The loop goes on: were it ended (by a budget), its Stops would be timed on the no-loop path.
+    assert json.loads(settled.stdout).get("decision") == "block", settled.stdout
     return project, event
 
 
@@ -257,6 +276,7 @@ def main() -> int:
         make_transcript(big, args.big_mb * 1024 * 1024)
         empty = root / "empty"
         empty.mkdir()
+        installed_env_ = installed_env(root)
         quiet_event = json.dumps(
             {
                 "session_id": "X",
@@ -323,6 +343,7 @@ def main() -> int:
             "bare python -c pass": lambda n: timed([sys.executable, "-c", "pass"], b"", env_for(None), n),
             "fast path": lambda n: timed([str(STOP)], quiet_event, env_for(empty), n),
             "fast path (py)": lambda n: timed([str(STOP)], quiet_event, env_for(None), n),
+            "session start, installed": lambda n: timed([str(SESSION_START)], b"", installed_env_, n),
             "foreign session": lambda n: timed([str(STOP)], foreign_event, env_for(p_small), n),
             "active 10 KB": lambda n: timed([str(STOP)], ev_small, env_for(p_small), n, grow(small)),
             f"active {args.big_mb} MB": lambda n: timed([str(STOP)], ev_big, env_for(p_big), n, grow(big)),
@@ -349,6 +370,7 @@ def main() -> int:
         hist_key = f"  + {args.history_lines // 1000}k history"
         checks = {
             "no active loop <= 0.2x bare": med["fast path"] <= 0.2 * bare,
+            "session start, nothing to install <= 1.0x bare": med["session start, installed"] <= 1.0 * bare,
             "another session's Stop <= 1.0x bare": med["foreign session"] <= 1.0 * bare,
             "owner's Stop, 10 KB transcript <= 3.0x bare": med["active 10 KB"] <= 3.0 * bare,
             f"owner's Stop, {args.big_mb} MB transcript <= 3.0x bare": med[big_key] <= 3.0 * bare,

@@ -74,7 +74,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -200,7 +199,8 @@ def error(status: int = 529, error_type: str = "overloaded_error", message: str 
 
 def hang(seconds: float, then: Reply | None = None, release: threading.Event | None = None) -> Reply:
     """``then`` (a plain text by default), sent only after ``seconds``: a response that hangs.
-    With ``release``, it is sent as soon as the test sets that event (``seconds`` at most)."""
+    With ``release``, it is sent as soon as the test sets that event (``seconds`` at most);
+    without, when the server stops (the client is gone by then: a hang for the whole test)."""
     reply = then or text("(after a long wait)")
     reply.delay = seconds
     reply.release = release
@@ -340,6 +340,10 @@ class ScriptedServer:
         self.requests: list[Request] = []
         self.unknown_requests: list[Request] = []
         self._lock = threading.Lock()
+        # Set when the server stops: a hung reply waits on it, so a "never answered" response
+        # is never answered while the test runs, however slow the machine, and no handler
+        # thread outlives the server by its delay.
+        self._closing = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -411,6 +415,7 @@ class ScriptedServer:
         return self
 
     def stop(self) -> None:
+        self._closing.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -590,7 +595,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.release is not None:
             reply.release.wait(reply.delay)
         elif reply.delay:
-            time.sleep(reply.delay)
+            self.owner._closing.wait(reply.delay)
         if reply.is_error:
             self._send_json(
                 reply.status,

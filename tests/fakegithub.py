@@ -7,8 +7,15 @@ repository, with a certificate made for the run (``openssl``) that ``gh`` is tol
 trust through ``SSL_CERT_FILE``. ``env()`` gives the variables a process needs so its
 ``gh`` talks to this server as the logged-in user.
 
+Every list is served in pages as GitHub does: ``per_page`` (default 30, at most 100) and
+``page``, with a ``Link`` header naming the ``next``/``last`` (and ``first``/``prev``)
+pages, so ``gh api --paginate`` walks them. Issues carry GitHub's
+``sub_issues_summary`` and ``issue_dependencies_summary`` and answer the sub-issues and
+issue-dependencies endpoints (``FakeGitHub(dependencies=False)`` plays a GitHub
+Enterprise server without them: no summaries, and those endpoints 404).
+
 Tests change the repository directly (``add_issue``, ``push``, ``set_checks``,
-``comment``, ``review``) to play the humans and CI around the loop.
+``comment``, ``review``, ``add_sub_issue``, ``block``, ``close``) to play the humans and CI around the loop.
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 TOKEN = "fake-gh-token"
 LOGIN = "loop-bot"
+PER_PAGE, MAX_PER_PAGE = 30, 100  # GitHub's REST defaults
 
 
 def make_certificate(directory: Path) -> tuple[Path, Path]:
@@ -55,6 +63,8 @@ class Repo:
         self.reviews: dict[int, list[dict]] = {}
         self.review_comments: dict[int, list[dict]] = {}
         self.comments: dict[int, list[dict]] = {}
+        self.sub_issues: dict[int, list[int]] = {}  # parent -> its sub-issues, in the order added
+        self.blocked_by: dict[int, list[int]] = {}  # issue -> the issues it is blocked by
         self.milestones = [{"number": 1, "title": "v1", "state": "open"}]
         self.last_at = 0.0
 
@@ -65,10 +75,11 @@ class Repo:
 
 
 class FakeGitHub:
-    def __init__(self, workdir: Path, slug: str = "acme/widgets"):
+    def __init__(self, workdir: Path, slug: str = "acme/widgets", dependencies: bool = True):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.repo = Repo(slug)
+        self.dependencies = dependencies  # sub-issues and issue dependencies (GitHub.com has them)
         self.lock = threading.RLock()
         self.requests: list[tuple[str, str]] = []
         self.cert, self.key = make_certificate(self.workdir)
@@ -120,6 +131,7 @@ class FakeGitHub:
             r = self.repo
             n = next(r.numbers)
             r.issues[n] = {
+                "id": next(r.ids),
                 "number": n,
                 "title": title,
                 "body": body,
@@ -128,10 +140,24 @@ class FakeGitHub:
                 "assignees": [{"login": x} for x in assignees],
                 "milestone": {"number": milestone} if milestone else None,
                 "html_url": f"https://{self.host}/{r.slug}/issues/{n}",
+                "repository_url": f"https://{self.host}/api/v3/repos/{r.slug}",
                 "user": {"login": "alice"},
                 "created_at": r.now(),
             }
             return n
+
+    def add_sub_issue(self, parent: int, child: int) -> None:
+        with self.lock:
+            self.repo.sub_issues.setdefault(parent, []).append(child)
+
+    def block(self, issue: int, blocker: int) -> None:
+        """``issue`` is blocked by ``blocker`` (GitHub's issue dependencies)."""
+        with self.lock:
+            self.repo.blocked_by.setdefault(issue, []).append(blocker)
+
+    def close(self, issue: int) -> None:
+        with self.lock:
+            self.repo.issues[issue]["state"] = "closed"
 
     def open_pull(self, title: str, head: str, body: str = "", author: str = "carol") -> int:
         with self.lock:
@@ -201,11 +227,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # quiet
         pass
 
-    def _send(self, status: int, payload) -> None:
+    def _send(self, status: int, payload, link: str = "") -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        if link:
+            self.send_header("Link", link)
         self.end_headers()
         self.wfile.write(data)
 
@@ -228,7 +256,11 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         with self.gh.lock:
             status, payload = _route(self.gh, method, path, query, body)
-        self._send(status, payload)
+            payload = json.loads(json.dumps(payload))  # a copy: later changes do not reach this answer
+        link = ""
+        if method == "GET" and status == 200:
+            payload, link = _page(f"https://{self.gh.host}{url.path}", query, payload)
+        self._send(status, payload, link)
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -244,6 +276,28 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 NOT_FOUND = (404, {"message": "Not Found"})
+
+
+def _page(base: str, query: dict, payload):
+    """One page of a list answer (a list, or check runs in their wrapper) and its Link header."""
+    items = payload.get("check_runs") if isinstance(payload, dict) else payload
+    if not isinstance(items, list):
+        return payload, ""
+    per_page = min(max(_int(query.get("per_page"), PER_PAGE), 1), MAX_PER_PAGE)
+    page = max(_int(query.get("page"), 1), 1)
+    last = max(1, -(-len(items) // per_page))
+    chunk = items[(page - 1) * per_page : page * per_page]
+    rels = [("next", page + 1)] if page < last else []
+    rels += [("last", last)] if page < last else []
+    rels += [("first", 1), ("prev", min(page - 1, last))] if page > 1 else []
+    link = ", ".join(f'<{base}?{urlencode(dict(query, page=str(n)))}>; rel="{rel}"' for rel, n in rels)
+    if isinstance(payload, dict):
+        return dict(payload, check_runs=chunk), link
+    return chunk, link
+
+
+def _int(value, default: int) -> int:
+    return int(value) if str(value or "").isdigit() else default
 
 
 def _route(gh: FakeGitHub, method: str, path: str, query: dict, body: dict):
@@ -262,7 +316,8 @@ def _route(gh: FakeGitHub, method: str, path: str, query: dict, body: dict):
 
 def _issues(gh, r, query, body):
     out = []
-    for issue in list(r.issues.values()) + [_pull_as_issue(p) for p in r.pulls.values()]:
+    every = [_issue_out(gh, r, i) for i in r.issues.values()] + [_pull_as_issue(p) for p in r.pulls.values()]
+    for issue in every:
         if issue["state"] != query.get("state", "open"):
             continue
         names = {x["name"] for x in issue["labels"]}
@@ -273,7 +328,37 @@ def _issues(gh, r, query, body):
         if query.get("assignee") and query["assignee"] not in {a["login"] for a in issue["assignees"]}:
             continue
         out.append(issue)
-    return 200, sorted(out, key=lambda i: -i["number"])
+    return 200, _sorted(out, query)
+
+
+def _sorted(items: list, query: dict) -> list:
+    """Newest first unless ``direction=asc`` (numbers follow creation, as on GitHub)."""
+    return sorted(items, key=lambda i: i["number"], reverse=query.get("direction", "desc") != "asc")
+
+
+def _issue_out(gh, r, issue: dict) -> dict:
+    """An issue as GitHub serves it: with its sub-issue and dependency counts where the server has them."""
+    if not gh.dependencies:
+        return issue
+    n = issue["number"]
+    kids = [r.issues[k] for k in r.sub_issues.get(n, []) if k in r.issues]
+    done = sum(1 for k in kids if k["state"] == "closed")
+    blockers = [r.issues[b] for b in r.blocked_by.get(n, []) if b in r.issues]
+    blocking = [r.issues[i] for i, bs in r.blocked_by.items() if n in bs and i in r.issues]
+    return dict(
+        issue,
+        sub_issues_summary={
+            "total": len(kids),
+            "completed": done,
+            "percent_completed": done * 100 // len(kids) if kids else 0,
+        },
+        issue_dependencies_summary={
+            "blocked_by": sum(1 for b in blockers if b["state"] == "open"),
+            "total_blocked_by": len(blockers),
+            "blocking": sum(1 for b in blocking if b["state"] == "open"),
+            "total_blocking": len(blocking),
+        },
+    )
 
 
 def _pull_as_issue(p: dict) -> dict:
@@ -289,7 +374,39 @@ def _pull_as_issue(p: dict) -> dict:
 
 
 def _issue(gh, r, query, body, n):
-    return (200, r.issues[n]) if n in r.issues else NOT_FOUND
+    return (200, _issue_out(gh, r, r.issues[n])) if n in r.issues else NOT_FOUND
+
+
+def _related(kind: str):
+    """GET issues/N/sub_issues, dependencies/blocked_by and dependencies/blocking: full issues."""
+
+    def get(gh, r, query, body, n):
+        if not gh.dependencies or n not in r.issues:
+            return NOT_FOUND
+        if kind == "sub_issues":
+            numbers = r.sub_issues.get(n, [])
+        elif kind == "blocked_by":
+            numbers = r.blocked_by.get(n, [])
+        else:
+            numbers = [i for i, bs in r.blocked_by.items() if n in bs]
+        return 200, [_issue_out(gh, r, r.issues[x]) for x in numbers if x in r.issues]
+
+    return get
+
+
+def _relate(kind: str):
+    """POST issues/N/sub_issues {sub_issue_id} and dependencies/blocked_by {issue_id}: database ids."""
+
+    def post(gh, r, query, body, n):
+        field = "sub_issue_id" if kind == "sub_issues" else "issue_id"
+        by_id = {i["id"]: num for num, i in r.issues.items()}
+        other = by_id.get(_int(body.get(field), -1))
+        if not gh.dependencies or n not in r.issues or other is None:
+            return NOT_FOUND
+        (r.sub_issues if kind == "sub_issues" else r.blocked_by).setdefault(n, []).append(other)
+        return 201, _issue_out(gh, r, r.issues[n])
+
+    return post
 
 
 def _patch_issue(gh, r, query, body, n):
@@ -315,7 +432,7 @@ def _add_comment(gh, r, query, body, n):
 
 def _pulls(gh, r, query, body):
     state = query.get("state", "open")
-    return 200, [p for p in r.pulls.values() if state == "all" or p["state"] == state]
+    return 200, _sorted([p for p in r.pulls.values() if state == "all" or p["state"] == state], query)
 
 
 def _create_pull(gh, r, query, body):
@@ -380,6 +497,11 @@ ROUTES = [
     (r"^PATCH issues/(\d+)$", _patch_issue),
     (r"^GET issues/(\d+)/comments$", _comments),
     (r"^POST issues/(\d+)/comments$", _add_comment),
+    (r"^GET issues/(\d+)/sub_issues$", _related("sub_issues")),
+    (r"^POST issues/(\d+)/sub_issues$", _relate("sub_issues")),
+    (r"^GET issues/(\d+)/dependencies/blocked_by$", _related("blocked_by")),
+    (r"^POST issues/(\d+)/dependencies/blocked_by$", _relate("blocked_by")),
+    (r"^GET issues/(\d+)/dependencies/blocking$", _related("blocking")),
     (r"^GET milestones$", _milestones),
     (r"^GET pulls$", _pulls),
     (r"^POST pulls$", _create_pull),

@@ -5,7 +5,6 @@ dollar ceiling off or break the loop."""
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -62,9 +61,9 @@ def test_a_catastrophic_redaction_pattern_does_not_hang_the_stop(project):
     assert started.returncode == 0, started.stderr
     assert "Note: CLAUDE.md:6: redaction pattern skipped: RE2 cannot run it" in started.stdout
 
-    began = time.monotonic()
+    # Python's re would never finish on (\S+)+QQQ here; RE2 runs it in linear time. A hang shows
+    # as hook_stop's process timeout (120 s, a bound on waiting, not a measure of speed).
     answer = hook_stop(project, message=CLAIM)
-    assert time.monotonic() - began < 10  # the Stop hook's own limit is 900 s
     assert answer["decision"] == "block" and "BACKPROP" in answer["reason"]
     assert "loopwright: CLAUDE.md:6: redaction pattern skipped" in answer["systemMessage"]
     # The good pattern still redacts, in the hook's own interpreter (python -I -S).

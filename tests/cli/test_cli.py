@@ -69,7 +69,7 @@ def test_status_json_schema(project):
 
 
 def test_status_text_for_active_and_ended(project):
-    lw(project, "start", "--session", "S1", "--max-iterations", "1", "--name", "one", "goal")
+    lw(project, "start", "--session", "S1", "--max-iterations", "1", "--no-wrap-up", "--name", "one", "goal")
     lw(project, "start", "--session", "S2", "--name", "two", "goal")
     stop(project, "S1")
     out = lw(project, "status").stdout

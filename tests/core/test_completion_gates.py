@@ -28,6 +28,8 @@ def loop(**kw):
         "owner_session": "S",
         "started_at": "2027-01-15T08:00:00Z",
         "status": "active",
+        # These tests are about the rules before a wrap-up turn; tests/core/test_wrapup.py has it.
+        "wrap_up": False,
     }
     d.update(kw)
     return d

@@ -27,6 +27,8 @@ def make_loop(**kw):
         "started_at": "2027-01-15T08:00:00Z",
         "status": "active",
         "gate_policy": "ask",
+        # These tests are about the rules before a wrap-up turn; tests/core/test_wrapup.py has it.
+        "wrap_up": False,
     }
     loop.update(kw)
     return loop

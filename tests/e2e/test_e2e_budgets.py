@@ -202,7 +202,8 @@ def test_max_dollars_stops_at_the_known_iteration_with_exact_spend(claude, proje
     u3 = usage(100_000, 5_000, 20_000, 0)
     u4 = usage(200_000, 20_000, 10_000, 30_000)
     res = claude.run(
-        '/loopwright:loop "Grow the test suite" --max-iterations 10 --max-dollars 2 --gates continue '
+        '/loopwright:loop "Grow the test suite" --max-iterations 10 --max-dollars 2 --gates continue'
+        " --no-wrap-up "
         "--completion-promise DONE",
         [
             fakeapi.text("Iteration one: planned the suite.", usage=u1),
@@ -302,7 +303,8 @@ def test_max_tokens_counts_input_and_output_only(claude, project):
     # 4,000 / 8,000 (80% of 10,000: policy continue) / 12,000 ≥ 10,000 → stop at iteration 3.
     u = usage(3_000, 1_000, 2_000, 500_000)
     res = claude.run(
-        '/loopwright:loop "Refine the docs" --max-iterations 10 --max-tokens 10000 --gates continue '
+        '/loopwright:loop "Refine the docs" --max-iterations 10 --max-tokens 10000 --gates continue'
+        " --no-wrap-up "
         "--completion-promise DONE",
         [fakeapi.text(f"Iteration {i}.", usage=u) for i in (1, 2, 3)]
         + [fakeapi.text("MUST NOT BE SENT", usage=u)],
@@ -369,7 +371,7 @@ def gate_answerer(option: str, seen: list[str]):
 def test_budget_gate_asked_and_answered_continue(claude, project):
     seen: list[str] = []
     res = claude.run(
-        '/loopwright:loop "Polish the parser" --max-iterations 5 --completion-promise DONE',
+        '/loopwright:loop "Polish the parser" --max-iterations 5 --no-wrap-up --completion-promise DONE',
         [fakeapi.text(f"Iteration {i}.") for i in (1, 2, 3, 4)]
         + [
             gate_answerer("continue", seen),
@@ -434,7 +436,8 @@ def test_budget_gate_answered_stop_ends_the_loop(claude, project):
     work = usage(100_000, 10_000, 0, 0)  # $0.30 + $0.15
     seen: list[str] = []
     res = claude.run(
-        '/loopwright:loop "Tune the cache" --max-iterations 10 --max-dollars 1 --completion-promise DONE',
+        '/loopwright:loop "Tune the cache" --max-iterations 10 --max-dollars 1'
+        " --no-wrap-up --completion-promise DONE",
         [
             fakeapi.text("Iteration 1.", usage=work),
             fakeapi.text("Iteration 2.", usage=work),
@@ -631,7 +634,8 @@ def test_sigkill_mid_loop_then_resume_in_new_session(claude, project, tmp_path):
 
 def test_resume_refused_against_live_owner_then_taken_over(claude, project):
     sid_a, sid_b = str(uuid.uuid4()), str(uuid.uuid4())
-    owner = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    # Lives until killed below, however long the resume attempt takes on a busy machine.
+    owner = subprocess.Popen(["sleep", "3600"], start_new_session=True)
     try:
         started = loopwright(
             project,

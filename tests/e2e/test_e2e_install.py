@@ -33,7 +33,7 @@ def test_marketplace_install_then_a_loop_runs_without_plugin_dir(project, tmp_pa
     )
     with fakeapi.ScriptedServer([fakeapi.text("first"), fakeapi.text("second")]) as server:
         res = claude_cli.run_claude(
-            '/loopwright:loop "installed check" --max-iterations 2',
+            '/loopwright:loop "installed check" --max-iterations 2 --no-wrap-up',
             cwd=project,
             plugin_dir=None,
             server=server,
@@ -53,7 +53,7 @@ def test_marketplace_install_then_a_loop_runs_without_plugin_dir(project, tmp_pa
 
 
 def test_status_command_shows_the_loops(claude, project):
-    res = claude.run('/loopwright:loop "status check" --max-iterations 1', [fakeapi.text("one")])
+    res = claude.run('/loopwright:loop "status check" --max-iterations 1 --no-wrap-up', [fakeapi.text("one")])
     ok(res)
     res2 = claude.run("/loopwright:status", [fakeapi.text("The loop ended after its only iteration.")])
     ok(res2)

@@ -151,7 +151,9 @@ def test_max_iterations_with_tool_use_each_turn(claude, project, tmp_path):
         script.append(fakeapi.bash(f"echo iteration-{i} >> {out}", text=f"Appending line {i}."))
         script.append(fakeapi.text(f"Appended line {i}; more to do."))
     res = claude.run(
-        f'/loopwright:loop "Append lines to a file" --max-iterations {n} --completion-promise DONE', script
+        f'/loopwright:loop "Append lines to a file" --max-iterations {n}'
+        f" --no-wrap-up --completion-promise DONE",
+        script,
     )
     ok(res)
 
@@ -291,17 +293,17 @@ def test_shell_metacharacters_in_goal_are_verbatim(claude, project, tmp_path, fo
     nasty = _nasty(bait)
     if form == "raw":
         # Not one quoted string: slashargs keeps the text exactly as typed.
-        command = f"/loopwright:loop --max-iterations 2 --completion-promise DONE {nasty}"
+        command = f"/loopwright:loop --max-iterations 2 --no-wrap-up --completion-promise DONE {nasty}"
         expected = nasty
     elif form == "raw-trailing-options":
-        command = f"/loopwright:loop {nasty} --max-iterations 2 --completion-promise DONE"
+        command = f"/loopwright:loop {nasty} --max-iterations 2 --no-wrap-up --completion-promise DONE"
         expected = nasty
     else:
         # One double-quoted string: slashargs removes the surrounding quotes (and,
         # inside them, a backslash escapes a double quote or a backslash).
         inner = nasty.replace('"parser"', "parser")  # a quoted goal holds no bare double quote
         escaped = inner.replace("\\", "\\\\")
-        command = f'/loopwright:loop "{escaped}" --max-iterations 2 --completion-promise DONE'
+        command = f'/loopwright:loop "{escaped}" --max-iterations 2 --no-wrap-up --completion-promise DONE'
         expected = inner
     res = claude.run(command, [fakeapi.text("Looking at it."), fakeapi.text("Still on it.")])
     ok(res)
@@ -604,7 +606,8 @@ def test_second_loop_in_the_same_session_is_refused(claude, project):
 
 def test_wall_clock_budget_ends_the_loop(claude, project):
     res = claude.run(
-        '/loopwright:loop "Anything" --max-iterations 10 --max-minutes 0.0005 --completion-promise DONE',
+        '/loopwright:loop "Anything" --max-iterations 10 --max-minutes 0.0005'
+        " --no-wrap-up --completion-promise DONE",
         [fakeapi.text("Started."), fakeapi.text("MUST NOT BE SENT")],
     )
     assert res.returncode == 0, res.describe()

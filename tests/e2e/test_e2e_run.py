@@ -74,7 +74,7 @@ def test_the_runner_carries_the_loop_past_the_block_cap(project, home):
 def test_a_hung_response_is_a_stall_the_runner_recovers_from(project, home):
     replies = [
         fakeapi.text("Iteration one."),
-        fakeapi.hang(20),  # the second turn's response never comes in time
+        fakeapi.hang(600),  # the second turn's response never comes (answered when the server stops)
         fakeapi.text("Picked up again and finished.\n<promise>DONE</promise>"),
     ]
     with fakeapi.ScriptedServer(replies) as server:
@@ -89,7 +89,7 @@ def test_a_hung_response_is_a_stall_the_runner_recovers_from(project, home):
 
 def test_recoveries_are_bounded(project, home):
     # Every client hangs: three recoveries in the iteration, then the run gives up.
-    with fakeapi.ScriptedServer([], default=fakeapi.hang(20)) as server:
+    with fakeapi.ScriptedServer([], default=fakeapi.hang(600)) as server:
         out, events = run(project, home, server, "never answered", "--stall-polls", "2", "--name", "hung")
     assert out.returncode == 3, out.stderr + out.stdout
     assert kinds(events).count("resume") == 3 and events[-1]["outcome"] == "STOPPED:stall_limit", events
@@ -198,7 +198,7 @@ def test_notifications_reach_webhooks_and_commands_and_a_failing_one_is_reported
     received = tmp_path / "event.json"
     replies = [
         fakeapi.text("Iteration one."),
-        fakeapi.hang(20),
+        fakeapi.hang(600),
         fakeapi.text("Done.\n<promise>DONE</promise>"),
     ]
     with fakeapi.ScriptedServer(replies) as server:
@@ -284,7 +284,7 @@ def test_ctrl_c_stops_the_loop_after_the_turn_and_twice_kills(project, home):
     assert seen[-1]["outcome"] == "STOPPED:user_stop", seen
     assert "stop_requested" in kinds(seen)
 
-    with fakeapi.ScriptedServer([fakeapi.hang(60)]) as server:
+    with fakeapi.ScriptedServer([fakeapi.hang(600)]) as server:
         proc = start_run(project, home, server, "slower work", "--stall-polls", "1000", "--name", "twice")
         seen = []
         read_until(proc, "client", seen)

@@ -28,6 +28,19 @@ def call(base, token, method, path, body=None):
         return res.status, json.loads(res.read())
 
 
+def run_finished(base, token, run_id, within: float = 120.0):
+    """The run's row once it has ended or stopped, and the listing it came in: polled through
+    the API until then, bounded so a run that never ends fails instead of hanging."""
+    deadline, row = time.monotonic() + within, {}
+    while time.monotonic() < deadline:
+        _, data = call(base, token, "GET", "/api/loops")
+        row = next(r for r in data["runs"] if r["id"] == run_id)
+        if row["status"] in ("ended", "stopped"):
+            return row, data
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_id} did not end within {within} s: {row}")
+
+
 def test_a_run_started_through_the_api_is_watched_to_its_end(project, tmp_path):
     env_extra = {
         "LOOPWRIGHT_PYTHON": sys.executable,
@@ -54,13 +67,7 @@ def test_a_run_started_through_the_api_is_watched_to_its_end(project, tmp_path):
             )
             assert status == 201
             run_id = made["run"]["id"]
-            deadline, row = time.monotonic() + 120, {}
-            while time.monotonic() < deadline:
-                _, data = call(base, token, "GET", "/api/loops")
-                row = next(r for r in data["runs"] if r["id"] == run_id)
-                if row["status"] in ("ended", "stopped"):
-                    break
-                time.sleep(0.3)
+            row, data = run_finished(base, token, run_id)
             assert row["status"] == "ended" and row["outcome"] == "LOOP_DONE", row
             loops = data["projects"][0]["loops"]
             assert loops[0]["outcome"] == "LOOP_DONE" and loops[0]["iteration"] == 2

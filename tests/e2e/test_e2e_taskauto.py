@@ -603,7 +603,7 @@ def test_restart_after_stop_enters_by_status_and_max_iterations_ends(claude, pro
 
     again = Agent()
     res2 = claude.run(
-        f"/loopwright:task auto {MODULE} --max-iterations 1",
+        f"/loopwright:task auto {MODULE} --max-iterations 1 --no-wrap-up",
         again.step(check_cmd("post-plan", "PASS", "exec")) + [fakeapi.text(NOT_SENT)],
     )
     ok(res2)
@@ -727,7 +727,7 @@ def test_merge_that_fails_stops_loop_and_task_stays_executing(claude, project, h
     # The seed: merge | conflict | (stop), the task stays executing (retryable).
     # verify-fails currently ends STOPPED:task-unreadable: `lifecycle merge --verify`
     # undoes the merge but leaves the checkout on main, where TASK/demo does not exist,
-    # so the agent's `loopwright signal` fails and so does any retry (see taskops.merge).
+    # so the agent's `loopwright signal` fails and so does any retry (see modes/task/ops/merge.py).
     outcome = loop_json(project)["outcome"]
     assert outcome == "STOPPED:merge-conflict", (outcome, merge_output)
     # the agent could record the outcome of the merge step

@@ -406,7 +406,7 @@ def test_failed_test_run_raises_backprop(claude, project, runner):
         return answer
 
     res = claude.run(
-        '/loopwright:loop "make the tests pass" --max-iterations 4 --completion-promise DONE',
+        '/loopwright:loop "make the tests pass" --max-iterations 4 --no-wrap-up --completion-promise DONE',
         [
             # iteration 1: a failing command that is not a test run
             fakeapi.bash("ls /nonexistent-loopwright-dir", text="Looking around."),
@@ -460,7 +460,7 @@ def test_failed_verify_command_run_by_the_agent_raises_backprop(claude, project)
     (project / "check.py").write_text(CHECK_PY)
     res = claude.run(
         '/loopwright:loop "make the check pass" --verify "python3 check.py"'
-        " --completion-promise DONE --max-iterations 2",
+        " --completion-promise DONE --max-iterations 2 --no-wrap-up",
         [
             fakeapi.bash("python3 check.py", text="Running the check myself."),
             fakeapi.text("It fails; next iteration I fix it."),

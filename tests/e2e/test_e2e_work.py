@@ -132,7 +132,7 @@ def test_work_loop_over_github_skips_work_in_progress_and_stops_on_the_pr_budget
     github.add_issue("Name widgets", CRITERIA)  # never reached: the PR budget ends the loop first
     agent = Agent(project, github=True)
     res = claude.run(
-        "/loopwright:work --loop --source github --max-prs 2",
+        "/loopwright:work --loop --source github --max-prs 2 --no-wrap-up",
         ["Starting.", *agent.turn(), *agent.turn()],
         env=github.env(),
     )
@@ -218,3 +218,43 @@ def test_run_work_grinds_the_task_registry_headless(project: Path, tmp_path: Pat
     assert events[0]["command"] == "/loopwright:work" and events[-1]["outcome"] == "BACKLOG_EMPTY"
     assert agent.items == ["task-1"]
     assert loop_json(project, "work")["max_iterations"] == 3
+
+
+def test_work_loop_over_a_backlog_of_several_pages(project: Path, claude, github) -> None:
+    # 250 issues and 130 pull requests (#251-#380): the issue listing is four pages of 100 (newest
+    # first, so the lowest issues are on the last page) and the pull request listing two.
+    for n in range(1, 251):
+        github.add_issue(f"Widget task {n}", CRITERIA)
+    claims = {251: 3, 300: 6, 380: 240}  # pull request -> the issue it closes, on every pulls page
+    for n in range(251, 381):
+        github.open_pull(f"Change {n}", f"carol/change-{n}", f"Fixes #{claims[n]}" if n in claims else "")
+    for n, who in ((1, "alice"), (5, "bob"), (120, "dave")):
+        github.repo.issues[n]["assignees"] = [{"login": who}]
+    for n in (2, 200):
+        github.repo.issues[n]["labels"] = [{"name": "in-progress"}]
+    agent = Agent(project, github=True)
+    res = claude.run(
+        "/loopwright:work --loop --source github --max-prs 2",
+        # The last reply answers the wrap-up turn a spent budget may earn (its handoff is not tested here).
+        ["Starting.", *agent.turn(), *agent.turn(), "Handoff written."],
+        env=github.env(),
+    )
+    ok(res)
+    assert agent.items == ["#4", "#7"]  # #5 and #6 are taken; #4 is the loop's own by then
+    first = [a["reason"] for a in stop_answers(res) if is_block(a)][0]
+    for n, why in (
+        (1, "assigned to alice"),
+        (2, "labelled in-progress"),
+        (3, "open pull request #251"),
+        (5, "assigned to bob"),
+        (6, "open pull request #300"),
+        (120, "assigned to dave"),
+        (200, "labelled in-progress"),
+        (240, "open pull request #380"),
+    ):
+        assert f"not picked: #{n}, in progress ({why})." in first
+    listed = [path for _, path in github.requests if "/issues?" in path]
+    assert any(path.endswith("page=4") for path in listed)  # the last page of issues was read
+    assert loop_json(project, "work")["outcome"] == "BUDGET_EXHAUSTED:prs"
+    made = [p for p in github.repo.pulls.values() if p["user"]["login"] == fakegithub.LOGIN]
+    assert [p["body"] for p in made] == ["Closes #4", "Closes #7"]

@@ -57,7 +57,7 @@ def test_fast_path_without_loops_prints_nothing_and_creates_nothing(project):
 
 
 def test_fast_path_with_only_ended_loops(project):
-    start_loop(project, "--session", "S1", "--max-iterations", "1", "goal")
+    start_loop(project, "--session", "S1", "--max-iterations", "1", "--no-wrap-up", "goal")
     assert run_hook(STOP, project, stop_event(project))["systemMessage"].startswith(
         "loopwright · prompt ended"
     )

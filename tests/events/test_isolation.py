@@ -254,7 +254,7 @@ def wait_for(predicate, seconds: float, what: str):
 def test_the_deferred_final_tick_imports_nothing_from_the_project(kit, shadowed, tmp_path):
     """The Stop that ends a loop before the transcript has its final turn starts a second
     Python, detached, to finish the tick later."""
-    start = [kit.cli, "start", "--session", "S1", "--max-iterations", "1", "the goal"]
+    start = [kit.cli, "start", "--session", "S1", "--max-iterations", "1", "--no-wrap-up", "the goal"]
     assert launch(kit, start, shadowed).returncode == 0
     transcript = tmp_path / "t.jsonl"
     transcript.write_text("")

@@ -174,7 +174,7 @@ def test_a_stop_without_the_last_message_still_waits_for_an_assistant_line(proje
 
 
 def test_a_loop_never_ends_without_its_final_turns_usage(project, tmp_path):
-    start(project, "--max-iterations", "1")
+    start(project, "--max-iterations", "1", "--no-wrap-up")
     t = tmp_path / "t.jsonl"
     t.write_text("")
     answer = stop(project, t, "the last words")

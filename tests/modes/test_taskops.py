@@ -9,7 +9,16 @@ import subprocess
 import pytest
 
 from conftest import REPO, lw_env
-from loopwright.modes.task import signals, taskdir, taskops
+from loopwright.modes.task import signals, taskdir
+from loopwright.modes.task.ops.annotate import annotate
+from loopwright.modes.task.ops.cancel import cancel
+from loopwright.modes.task.ops.commit import commit_work
+from loopwright.modes.task.ops.init import init
+from loopwright.modes.task.ops.merge import merge
+from loopwright.modes.task.ops.report import report
+from loopwright.modes.task.ops.status import status
+from loopwright.modes.task.ops.taskmodule import TaskError, locate
+from loopwright.modes.task.ops.transition import apply
 
 
 def git(repo, *args):
@@ -34,17 +43,17 @@ def subjects(repo, ref="--all"):
 
 
 def drive_to_accept(repo, name="demo"):
-    taskops.apply(repo, name, "plan")
-    taskops.apply(repo, name, "check", checkpoint="post-plan", result="PASS")
-    taskops.apply(repo, name, "exec")
+    apply(repo, name, "plan")
+    apply(repo, name, "check", checkpoint="post-plan", result="PASS")
+    apply(repo, name, "exec")
     (repo / "app.txt").write_text("line one\nline two\nfeature\n")
-    taskops.commit_work(repo, name, "feat", "add feature line")
-    taskops.apply(repo, name, "exec", result="(done)")
-    taskops.apply(repo, name, "check", checkpoint="post-exec", result="ACCEPT")
+    commit_work(repo, name, "feat", "add feature line")
+    apply(repo, name, "exec", result="(done)")
+    apply(repo, name, "check", checkpoint="post-exec", result="ACCEPT")
 
 
 def test_init_creates_the_module_branch_and_convention_commit(repo):
-    res = taskops.init(repo, "demo", title="Demo", tags=["api"])
+    res = init(repo, "demo", title="Demo", tags=["api"])
     d = repo / "TASK" / "demo"
     assert res["branch"] == "task/demo" and git(repo, "branch", "--show-current").strip() == "task/demo"
     meta = taskdir.read_index(d).meta
@@ -67,34 +76,34 @@ def test_init_creates_the_module_branch_and_convention_commit(repo):
 
 @pytest.mark.parametrize("name, message", [("../x", "invalid module name"), ("a b", "invalid module name")])
 def test_init_rejects_bad_names(repo, name, message):
-    with pytest.raises(taskops.TaskError, match=message):
-        taskops.init(repo, name)
+    with pytest.raises(TaskError, match=message):
+        init(repo, name)
 
 
 def test_init_needs_git_with_a_commit(tmp_path):
-    with pytest.raises(taskops.TaskError, match="not a git repository"):
-        taskops.init(tmp_path, "demo")
+    with pytest.raises(TaskError, match="not a git repository"):
+        init(tmp_path, "demo")
     git(tmp_path, "init", "-q")
-    with pytest.raises(taskops.TaskError, match="no commit yet"):
-        taskops.init(tmp_path, "demo")
+    with pytest.raises(TaskError, match="no commit yet"):
+        init(tmp_path, "demo")
 
 
 def test_init_twice_is_refused(repo):
-    taskops.init(repo, "demo")
-    with pytest.raises(taskops.TaskError, match="already exists"):
-        taskops.init(repo, "demo")
+    init(repo, "demo")
+    with pytest.raises(TaskError, match="already exists"):
+        init(repo, "demo")
 
 
 def test_full_lifecycle_merge_and_report_from_history(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     drive_to_accept(repo)
-    res = taskops.merge(repo, "demo")
+    res = merge(repo, "demo")
     assert res["result"] == "success" and "branch task/demo" in res["cleaned"]
     assert git(repo, "branch", "--show-current").strip() == "main"
     assert "task/demo" not in git(repo, "branch")
     assert taskdir.read_index(repo / "TASK" / "demo").meta["status"] == "complete"
     assert "feature" in (repo / "app.txt").read_text()
-    rep = taskops.report(repo, "demo")
+    rep = report(repo, "demo")
     text = (repo / "TASK" / "demo" / ".report.md").read_text()
     assert "**Status**: complete" in text and "| feat | add feature line |" in text
     assert "## Verification" in text and "## Lessons" in text
@@ -107,51 +116,49 @@ def test_full_lifecycle_merge_and_report_from_history(repo):
 
 
 def test_exec_and_merge_enforce_dependencies(repo):
-    taskops.init(repo, "base-work")
+    init(repo, "base-work")
     git(repo, "checkout", "-q", "main")
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     idx = taskdir.read_index(repo / "TASK" / "demo")
     idx.meta["depends_on"] = ["base-work"]
     taskdir.write_index(repo / "TASK" / "demo", idx)
     git(repo, "commit", "-qam", "deps")
-    taskops.apply(repo, "demo", "plan")
-    taskops.apply(repo, "demo", "check", checkpoint="post-plan", result="PASS")
-    with pytest.raises(
-        taskops.TaskError, match=r"dependencies complete first; not complete: base-work \(missing\)"
-    ):
-        taskops.apply(repo, "demo", "exec")
-    assert taskops.status(repo, "demo")["blocking_dependencies"] == ["base-work (missing)"]
+    apply(repo, "demo", "plan")
+    apply(repo, "demo", "check", checkpoint="post-plan", result="PASS")
+    with pytest.raises(TaskError, match=r"dependencies complete first; not complete: base-work \(missing\)"):
+        apply(repo, "demo", "exec")
+    assert status(repo, "demo")["blocking_dependencies"] == ["base-work (missing)"]
 
 
 def test_merge_needs_an_accept_after_the_last_exec(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     drive_to_accept(repo)
-    taskops.apply(repo, "demo", "exec", result="(done)")  # more work after the verdict
-    with pytest.raises(taskops.TaskError, match="needs an ACCEPT"):
-        taskops.merge(repo, "demo")
+    apply(repo, "demo", "exec", result="(done)")  # more work after the verdict
+    with pytest.raises(TaskError, match="needs an ACCEPT"):
+        merge(repo, "demo")
 
 
 def test_merge_refused_outside_executing(repo):
-    taskops.init(repo, "demo")
-    with pytest.raises(taskops.TaskError, match="merge is not allowed while the task is draft"):
-        taskops.merge(repo, "demo")
+    init(repo, "demo")
+    with pytest.raises(TaskError, match="merge is not allowed while the task is draft"):
+        merge(repo, "demo")
 
 
 def test_merge_conflict_then_resolution_with_verification(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     drive_to_accept(repo)
     git(repo, "checkout", "-q", "main")
     (repo / "app.txt").write_text("line one\nline two\nsomething else\n")
     git(repo, "commit", "-qam", "main moved on")
     git(repo, "checkout", "-q", "task/demo")
-    res = taskops.merge(repo, "demo")
+    res = merge(repo, "demo")
     assert res["result"] == "conflict" and res["conflicts"] == ["app.txt"]
-    with pytest.raises(taskops.TaskError, match="still conflicted: app.txt"):
-        taskops.merge(repo, "demo", cont=True)
+    with pytest.raises(TaskError, match="still conflicted: app.txt"):
+        merge(repo, "demo", cont=True)
     (repo / "app.txt").write_text("line one\nline two\nsomething else\nfeature\n")
     git(repo, "add", "app.txt")
     # A verification that fails undoes the merge and counts an attempt.
-    res = taskops.merge(repo, "demo", cont=True, verify="grep -q nothing-like-this app.txt")
+    res = merge(repo, "demo", cont=True, verify="grep -q nothing-like-this app.txt")
     assert res["result"] == "conflict" and res["attempts"] == 1
     assert (
         taskdir.read_index(repo / "TASK" / "demo").meta["status"] == "executing"
@@ -159,21 +166,21 @@ def test_merge_conflict_then_resolution_with_verification(repo):
         else True
     )
     git(repo, "checkout", "-q", "task/demo")
-    res = taskops.merge(repo, "demo")
+    res = merge(repo, "demo")
     assert res["result"] == "conflict"
     (repo / "app.txt").write_text("line one\nline two\nsomething else\nfeature\n")
     git(repo, "add", "app.txt")
-    res = taskops.merge(repo, "demo", cont=True, verify="grep -q feature app.txt")
+    res = merge(repo, "demo", cont=True, verify="grep -q feature app.txt")
     assert res["result"] == "success"
     assert "-- ai-cli-task(demo):merge resolve merge conflict" in subjects(repo, "main")
 
 
 def test_merge_gives_up_after_three_failed_verifications(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     drive_to_accept(repo)
     for attempt in range(1, 4):
         git(repo, "checkout", "-q", "task/demo")
-        res = taskops.merge(repo, "demo", verify="false")
+        res = merge(repo, "demo", verify="false")
         assert res["result"] == "conflict" and res["attempts"] == attempt
     assert res.get("gave_up")
     git(repo, "checkout", "-q", "task/demo")
@@ -181,41 +188,41 @@ def test_merge_gives_up_after_three_failed_verifications(repo):
 
 
 def test_cancel_snapshots_uncommitted_work_and_can_clean_up(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     (repo / "wip.txt").write_text("unfinished")
-    res = taskops.cancel(repo, "demo", "changed plans")
+    res = cancel(repo, "demo", "changed plans")
     assert res["snapshot"] and res["to"] == "cancelled"
     assert subjects(repo, "task/demo")[:2] == [
         "-- ai-cli-task(demo):cancel changed plans",
         "-- ai-cli-task(demo):cancel snapshot uncommitted changes",
     ]
     assert json.loads((repo / "TASK/demo/.auto-stop").read_text())["reason"] == "user_stop"
-    again = taskops.cancel(repo, "demo")
+    again = cancel(repo, "demo")
     assert again["noop"]
 
 
 def test_cancel_with_cleanup_removes_branch_and_worktree(repo):
-    taskops.init(repo, "wt", worktree=True)
+    init(repo, "wt", worktree=True)
     wt = repo / ".worktrees" / "task-wt"
     assert (wt / "TASK" / "wt" / ".index.md").exists() and not (repo / "TASK" / "wt").exists()
     assert git(repo, "branch", "--show-current").strip() == "main"
-    res = taskops.cancel(repo, "wt", cleanup=True)
+    res = cancel(repo, "wt", cleanup=True)
     assert "worktree" in res["cleaned"] and not wt.exists()
     assert "task/wt" not in git(repo, "branch")
 
 
 def test_worktree_mode_merges_from_the_worktree(repo):
-    taskops.init(repo, "wt", worktree=True)
+    init(repo, "wt", worktree=True)
     wt = repo / ".worktrees" / "task-wt"
-    taskops.apply(repo, "wt", "plan")
-    taskops.apply(repo, "wt", "check", checkpoint="post-plan", result="PASS")
-    taskops.apply(repo, "wt", "exec")
+    apply(repo, "wt", "plan")
+    apply(repo, "wt", "check", checkpoint="post-plan", result="PASS")
+    apply(repo, "wt", "exec")
     (wt / "new.txt").write_text("made in the worktree\n")
-    taskops.commit_work(repo, "wt", "feat", "add new file")
-    taskops.apply(repo, "wt", "exec", result="(done)")
-    taskops.apply(repo, "wt", "check", checkpoint="post-exec", result="ACCEPT")
+    commit_work(repo, "wt", "feat", "add new file")
+    apply(repo, "wt", "exec", result="(done)")
+    apply(repo, "wt", "check", checkpoint="post-exec", result="ACCEPT")
     assert git(repo, "status", "--porcelain").strip() == ""  # the main checkout stays clean
-    res = taskops.merge(repo, "wt")
+    res = merge(repo, "wt")
     assert res["result"] == "success" and not wt.exists()
     assert (repo / "new.txt").exists() and taskdir.read_index(repo / "TASK" / "wt").meta[
         "status"
@@ -223,15 +230,15 @@ def test_worktree_mode_merges_from_the_worktree(repo):
 
 
 def test_commit_work_only_while_executing(repo):
-    taskops.init(repo, "demo")
-    with pytest.raises(taskops.TaskError, match="not executing"):
-        taskops.commit_work(repo, "demo", "feat", "x")
-    with pytest.raises(taskops.TaskError, match="--type"):
-        taskops.commit_work(repo, "demo", "init", "x")
+    init(repo, "demo")
+    with pytest.raises(TaskError, match="not executing"):
+        commit_work(repo, "demo", "feat", "x")
+    with pytest.raises(TaskError, match="--type"):
+        commit_work(repo, "demo", "init", "x")
 
 
 def test_annotations_are_applied_and_the_file_removed(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     d = repo / "TASK" / "demo"
     (d / "plan.md").write_text("# Plan\n\nStep one: parse input.\nStep two: write output.\n")
     (d / ".tmp-annotations.json").write_text(
@@ -246,7 +253,7 @@ def test_annotations_are_applied_and_the_file_removed(repo):
             }
         )
     )
-    res = taskops.annotate(repo, "demo", "plan.md")
+    res = annotate(repo, "demo", "plan.md")
     text = (d / "plan.md").read_text()
     assert "Step 1b: validate." in text and "write JSON output" in text and "> 💬 needs a title" in text
     assert not (d / ".tmp-annotations.json").exists()
@@ -264,12 +271,12 @@ def test_annotations_are_applied_and_the_file_removed(repo):
     ],
 )
 def test_bad_annotation_files_are_refused(repo, content, message):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     d = repo / "TASK" / "demo"
     (d / "plan.md").write_text("# Plan\n")
     (d / ".tmp-annotations.json").write_text(content)
-    with pytest.raises(taskops.TaskError, match=message):
-        taskops.annotate(repo, "demo", "plan.md")
+    with pytest.raises(TaskError, match=message):
+        annotate(repo, "demo", "plan.md")
     assert (d / ".tmp-annotations.json").exists()  # nothing lost
 
 
@@ -278,15 +285,15 @@ def test_bad_annotation_files_are_refused(repo, content, message):
 
 def drive_worktree_task(repo, name, filename):
     """A worktree task from init to a post-exec ACCEPT, its work one new file."""
-    taskops.init(repo, name, worktree=True)
+    init(repo, name, worktree=True)
     wt = repo / ".worktrees" / f"task-{name}"
-    taskops.apply(repo, name, "plan")
-    taskops.apply(repo, name, "check", checkpoint="post-plan", result="PASS")
-    taskops.apply(repo, name, "exec")
+    apply(repo, name, "plan")
+    apply(repo, name, "check", checkpoint="post-plan", result="PASS")
+    apply(repo, name, "exec")
     (wt / filename).write_text(f"made by {name}\n")
-    taskops.commit_work(repo, name, "feat", f"add {filename}")
-    taskops.apply(repo, name, "exec", result="(done)")
-    taskops.apply(repo, name, "check", checkpoint="post-exec", result="ACCEPT")
+    commit_work(repo, name, "feat", f"add {filename}")
+    apply(repo, name, "exec", result="(done)")
+    apply(repo, name, "check", checkpoint="post-exec", result="ACCEPT")
 
 
 def root_listing(repo):
@@ -296,8 +303,8 @@ def root_listing(repo):
 def test_parallel_worktree_tasks_both_merge(repo):
     drive_worktree_task(repo, "alpha", "alpha.txt")
     drive_worktree_task(repo, "beta", "beta.txt")  # both branched from the same main
-    assert taskops.merge(repo, "alpha")["result"] == "success"
-    res = taskops.merge(repo, "beta")
+    assert merge(repo, "alpha")["result"] == "success"
+    res = merge(repo, "beta")
     assert res["result"] == "success", res
     assert (repo / "alpha.txt").exists() and (repo / "beta.txt").exists()
     listing = root_listing(repo)
@@ -315,10 +322,10 @@ def test_parallel_worktree_tasks_both_merge(repo):
 
 def test_root_listing_is_resolved_and_real_conflicts_are_left(repo):
     drive_worktree_task(repo, "alpha", "alpha.txt")
-    taskops.init(repo, "beta", worktree=True)
+    init(repo, "beta", worktree=True)
     wt = repo / ".worktrees" / "task-beta"
     for args in (("plan",), ("check", "post-plan", "PASS"), ("exec",)):
-        taskops.apply(
+        apply(
             repo,
             "beta",
             args[0],
@@ -326,18 +333,18 @@ def test_root_listing_is_resolved_and_real_conflicts_are_left(repo):
             result=args[2] if len(args) > 2 else None,
         )
     (wt / "app.txt").write_text("line one\nline two\nbeta\n")
-    taskops.commit_work(repo, "beta", "feat", "beta line")
-    taskops.apply(repo, "beta", "exec", result="(done)")
-    taskops.apply(repo, "beta", "check", checkpoint="post-exec", result="ACCEPT")
-    assert taskops.merge(repo, "alpha")["result"] == "success"
+    commit_work(repo, "beta", "feat", "beta line")
+    apply(repo, "beta", "exec", result="(done)")
+    apply(repo, "beta", "check", checkpoint="post-exec", result="ACCEPT")
+    assert merge(repo, "alpha")["result"] == "success"
     (repo / "app.txt").write_text("line one\nline two\nmain\n")
     git(repo, "commit", "-qam", "main moved on")
-    res = taskops.merge(repo, "beta")
+    res = merge(repo, "beta")
     assert res["result"] == "conflict" and res["conflicts"] == ["app.txt"], res
     assert "<<<<<<<" not in root_listing(repo)
     (repo / "app.txt").write_text("line one\nline two\nmain\nbeta\n")
     git(repo, "add", "app.txt")
-    assert taskops.merge(repo, "beta", cont=True)["result"] == "success"
+    assert merge(repo, "beta", cont=True)["result"] == "success"
     assert "| [beta](beta/.index.md) | beta | complete |" in root_listing(repo)
     assert "| [alpha](alpha/.index.md) | alpha | complete |" in root_listing(repo)
 
@@ -348,11 +355,11 @@ def test_gitignore_lines_added_by_init_never_conflict(repo):
     git(repo, "commit", "-qm", "ignore node_modules")
     drive_worktree_task(repo, "alpha", "alpha.txt")
     drive_worktree_task(repo, "beta", "beta.txt")
-    assert taskops.merge(repo, "alpha")["result"] == "success"
+    assert merge(repo, "alpha")["result"] == "success"
     with open(repo / ".gitignore", "a") as fh:
         fh.write("dist/\n")  # main's .gitignore moves on at the very place beta's init appended to
     git(repo, "commit", "-qam", "ignore dist")
-    res = taskops.merge(repo, "beta")
+    res = merge(repo, "beta")
     assert res["result"] == "success", res
     lines = (repo / ".gitignore").read_text().splitlines()
     assert "dist/" in lines and "node_modules/" in lines
@@ -364,17 +371,17 @@ def test_a_task_side_gitignore_edit_is_left_to_the_agent(repo):
     (repo / ".gitignore").write_text("node_modules/\n")
     git(repo, "add", ".gitignore")
     git(repo, "commit", "-qm", "ignore node_modules")
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     drive_to_accept(repo)
     with open(repo / ".gitignore", "a") as fh:
         fh.write("build/\n")  # the task's own edit: not loopwright's to decide
-    taskops.commit_work(repo, "demo", "fix", "ignore build")
-    taskops.apply(repo, "demo", "check", checkpoint="post-exec", result="ACCEPT")
+    commit_work(repo, "demo", "fix", "ignore build")
+    apply(repo, "demo", "check", checkpoint="post-exec", result="ACCEPT")
     git(repo, "checkout", "-q", "main")
     (repo / ".gitignore").write_text("node_modules/\ndist/\n")
     git(repo, "commit", "-qam", "ignore dist")
     git(repo, "checkout", "-q", "task/demo")
-    res = taskops.merge(repo, "demo")
+    res = merge(repo, "demo")
     assert res["result"] == "conflict" and res["conflicts"] == [".gitignore"], res
 
 
@@ -382,20 +389,20 @@ def test_a_task_side_gitignore_edit_is_left_to_the_agent(repo):
 
 
 def test_worktree_init_creates_nothing_in_the_main_checkout(repo):
-    taskops.init(repo, "wt", worktree=True)
+    init(repo, "wt", worktree=True)
     assert not (repo / "TASK").exists()
     assert git(repo, "status", "--porcelain") == ""
-    taskops.init(repo, "demo")  # a second module, in the main checkout: its listing is written there
+    init(repo, "demo")  # a second module, in the main checkout: its listing is written there
     listing = root_listing(repo)
     assert "unreadable" not in listing and "wt" not in listing and "| [demo](demo/.index.md)" in listing
 
 
 def test_a_signal_only_directory_is_not_listed(repo):
-    taskops.init(repo, "wt", worktree=True)
-    mod = taskops.locate(repo, "wt")
+    init(repo, "wt", worktree=True)
+    mod = locate(repo, "wt")
     mod.main_dir.mkdir(parents=True, exist_ok=True)  # as `loopwright signal` makes it
     signals.write_signal(mod.main_dir, "plan", "(generated)", "check", "post-plan")
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     assert "unreadable" not in root_listing(repo) and "wt" not in root_listing(repo)
     broken = repo / "TASK" / "broken"
     broken.mkdir()
@@ -440,14 +447,14 @@ def test_init_rolls_everything_back_when_its_commit_fails(busy_repo, worktree):
     git(repo, "config", "commit.gpgsign", "true")
     git(repo, "config", "gpg.program", "false")  # every commit fails to sign
     before = repo_state(repo)
-    with pytest.raises(taskops.TaskError) as exc:
-        taskops.init(repo, "demo", worktree=worktree)
+    with pytest.raises(TaskError) as exc:
+        init(repo, "demo", worktree=worktree)
     message = str(exc.value)
     assert "\n" not in message and message.startswith("init TASK/demo failed: git commit")
     assert message.endswith("fix that, then run init again (nothing was left behind)"), message
     assert repo_state(repo) == before
     git(repo, "config", "commit.gpgsign", "false")
-    res = taskops.init(repo, "demo", worktree=worktree)  # the retry is not refused
+    res = init(repo, "demo", worktree=worktree)  # the retry is not refused
     assert res["commit"] and git(repo, "branch", "--list", "task/demo").strip()
 
 
@@ -547,11 +554,11 @@ def test_commit_messages_follow_the_seed_convention(repo):
 
 
 def test_state_commit_descriptions_never_repeat_their_type(repo):
-    taskops.init(repo, "demo")
-    taskops.apply(repo, "demo", "plan")
-    taskops.apply(repo, "demo", "check", checkpoint="post-plan", result="PASS")
-    taskops.apply(repo, "demo", "exec", description="exec step 0/5 started")
-    taskops.apply(repo, "demo", "exec", result="(blocked)")
+    init(repo, "demo")
+    apply(repo, "demo", "plan")
+    apply(repo, "demo", "check", checkpoint="post-plan", result="PASS")
+    apply(repo, "demo", "exec", description="exec step 0/5 started")
+    apply(repo, "demo", "exec", result="(blocked)")
     subs = [s for s in subjects(repo, "task/demo") if s != "base"]
     assert subs[:2] == [
         "-- ai-cli-task(demo):exec execution blocked",
@@ -565,7 +572,7 @@ def test_state_commit_descriptions_never_repeat_their_type(repo):
 
 
 def conflicting_task(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     drive_to_accept(repo)
     git(repo, "checkout", "-q", "main")
     (repo / "app.txt").write_text("line one\nline two\nsomething else\n")
@@ -576,36 +583,36 @@ def conflicting_task(repo):
 def test_every_failed_merge_attempt_counts(repo):
     conflicting_task(repo)
     for attempt in (1, 2, 3):
-        res = taskops.merge(repo, "demo")
+        res = merge(repo, "demo")
         assert (res["result"], res["attempts"]) == ("conflict", attempt), res
         if attempt == 3:  # a merge left in progress: starting another is refused, not counted
-            with pytest.raises(taskops.TaskError, match="already in progress"):
-                taskops.merge(repo, "demo")
-        aborted = taskops.merge(repo, "demo", abort=True)
+            with pytest.raises(TaskError, match="already in progress"):
+                merge(repo, "demo")
+        aborted = merge(repo, "demo", abort=True)
         assert aborted["aborted"] and aborted["attempts"] == attempt
         assert git(repo, "branch", "--show-current").strip() == "task/demo"
-    with pytest.raises(taskops.TaskError, match=r"3 merge attempts since the last post-exec ACCEPT") as exc:
-        taskops.merge(repo, "demo")
+    with pytest.raises(TaskError, match=r"3 merge attempts since the last post-exec ACCEPT") as exc:
+        merge(repo, "demo")
     assert "--checkpoint post-exec --result ACCEPT" in str(exc.value)
     assert taskdir.read_index(repo / "TASK" / "demo").meta["status"] == "executing"
     # A new post-exec ACCEPT resets the count.
-    taskops.apply(repo, "demo", "check", checkpoint="post-exec", result="ACCEPT")
-    res = taskops.merge(repo, "demo")
+    apply(repo, "demo", "check", checkpoint="post-exec", result="ACCEPT")
+    res = merge(repo, "demo")
     assert (res["result"], res["attempts"]) == ("conflict", 1)
 
 
 def test_giving_up_does_not_reset_the_bound(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     drive_to_accept(repo)
     for attempt in (1, 2, 3):
-        res = taskops.merge(repo, "demo", verify="false")
+        res = merge(repo, "demo", verify="false")
         assert res["attempts"] == attempt
     assert res["gave_up"]
-    with pytest.raises(taskops.TaskError, match="3 merge attempts"):
-        taskops.merge(repo, "demo", verify="true")
+    with pytest.raises(TaskError, match="3 merge attempts"):
+        merge(repo, "demo", verify="true")
     assert git(repo, "branch", "--show-current").strip() == "task/demo"
-    taskops.apply(repo, "demo", "check", checkpoint="post-exec", result="ACCEPT")
-    assert taskops.merge(repo, "demo", verify="true")["result"] == "success"
+    apply(repo, "demo", "check", checkpoint="post-exec", result="ACCEPT")
+    assert merge(repo, "demo", verify="true")["result"] == "success"
 
 
 def test_a_merge_git_refuses_counts_as_an_attempt(repo):
@@ -613,11 +620,11 @@ def test_a_merge_git_refuses_counts_as_an_attempt(repo):
     (repo / "new.txt").write_text("untracked in the main checkout\n")  # the merge would overwrite it
     for attempt in (1, 2, 3):
         refused = rf"git merge failed: .*new\.txt.*\(attempt {attempt} of 3 used\)"
-        with pytest.raises(taskops.TaskError, match=refused):
-            taskops.merge(repo, "wt")
+        with pytest.raises(TaskError, match=refused):
+            merge(repo, "wt")
     (repo / "new.txt").unlink()
-    with pytest.raises(taskops.TaskError, match="3 merge attempts"):
-        taskops.merge(repo, "wt")
+    with pytest.raises(TaskError, match="3 merge attempts"):
+        merge(repo, "wt")
 
 
 # --- the auto loop through the real hook processes ------------------------------------------------
@@ -636,7 +643,7 @@ def hook(name, repo, payload):
 
 
 def test_cancelling_the_task_during_auto_ends_the_loop_cancelled(repo):
-    taskops.init(repo, "demo")
+    init(repo, "demo")
     (repo / "TASK" / "demo" / ".target.md").write_text("# Demo\n\n## Objective\n\nAdd a line.\n")
     started = hook(
         "prompt", repo, {"session_id": "S1", "cwd": str(repo), "prompt": "/loopwright:task auto demo"}

@@ -63,6 +63,23 @@ def test_a_dependency_on_a_closed_issue_does_not_block():
     assert [i["id"] for i in workable] == ["#3"]
 
 
+def test_github_links_hold_an_item_outside_the_backlog_and_unlisted_ones_by_count():
+    items = [
+        item(1),
+        dict(item(2), open_deps=["#9", "o/r#4"]),  # open on GitHub, neither in this backlog
+        dict(item(3), unread_deps=2),
+        dict(item(4, deps=["#1"]), unread_deps=1),
+    ]
+    workable, passed = backlog.split(items, [])
+    assert [i["id"] for i in workable] == ["#1"]
+    linked = "open issue{} linked on GitHub (blocked-by or sub-issues)"
+    assert passed == [
+        ("#2", "waits for o/r#4, #9"),
+        ("#3", "waits for 2 " + linked.format("s")),
+        ("#4", "waits for #1, 1 " + linked.format("")),
+    ]
+
+
 @pytest.mark.parametrize(
     "body, why",
     [
@@ -298,12 +315,13 @@ needs_gh = pytest.mark.skipif(
 
 
 @pytest.fixture
-def github(tmp_path, project, state, monkeypatch):
+def github(tmp_path, project, state, monkeypatch, request):
+    """The fake GitHub, as github.com (``param`` False: a server without sub-issues and dependencies)."""
     import subprocess
 
     import fakegithub
 
-    with fakegithub.FakeGitHub(tmp_path / "gh") as fake:
+    with fakegithub.FakeGitHub(tmp_path / "gh", dependencies=getattr(request, "param", True)) as fake:
         for k, v in fake.env().items():
             monkeypatch.setenv(k, v)
         subprocess.run(["git", "-C", str(project), "remote", "add", "origin", fake.remote], check=True)
@@ -345,3 +363,147 @@ def test_a_garbled_github_answer_is_a_problem_line_not_a_crash(project, github, 
     assert "the backlog could not be read (gh api gave an answer that is not JSON)" in first["reason"]
     second = hook_stop(project, "S1", "ok")
     assert "EXTERNAL_UNREACHABLE" in second["systemMessage"]
+
+
+# --- GitHub backlogs of several pages, and GitHub's own dependencies --------------------------------
+
+CRITERIA = "## Acceptance Criteria\n- it works\n"
+
+
+def counting_gh(directory, monkeypatch):
+    """The real gh behind a script that logs each call: the hook's gh calls, counted."""
+    import shutil
+
+    real, log = shutil.which("gh"), directory / "gh-calls.log"
+    bindir = directory / "counting-bin"
+    bindir.mkdir()
+    (bindir / "gh").write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{real}" "$@"\n')
+    (bindir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{__import__('os').environ['PATH']}")
+    log.touch()
+    return log
+
+
+def work_loop(project, github) -> dict:
+    return {
+        "name": "work",
+        "project_dir": str(project),
+        "work": {
+            "source": "github",
+            "repo": {"host": github.host, "slug": github.repo.slug},
+            "login": "loop-bot",
+        },
+    }
+
+
+@needs_gh
+def test_a_backlog_of_several_pages_is_read_whole_in_two_gh_calls(project, github, tmp_path, monkeypatch):
+    # 250 issues, then 130 pull requests (#251, the oldest, is on the last page of the pulls listing):
+    # 380 entries in the issue listing, four pages of 100, newest first.
+    for n in range(1, 251):
+        github.add_issue(f"issue {n}", CRITERIA)
+    github.open_pull("Fix the third", "carol/three", "Fixes #3")
+    for n in range(252, 381):
+        github.open_pull(f"pr {n}", f"carol/{n}", "Closes #240" if n == 380 else "")
+    for n, who in ((1, "alice"), (120, "bob")):
+        github.repo.issues[n]["assignees"] = [{"login": who}]
+    for n in (2, 200):
+        github.repo.issues[n]["labels"] = [{"name": "in-progress"}]
+    calls = counting_gh(tmp_path, monkeypatch)
+    view = source.read(work_loop(project, github))
+    assert view.problem is None and len(view.items) == 250
+    busy = {i["id"]: i["in_progress"] for i in view.items if i["in_progress"]}
+    assert busy == {
+        "#1": "assigned to alice",  # the last page of the issue listing
+        "#2": "labelled in-progress",
+        "#3": "open pull request #251",  # a claim on the last page of the pull request listing
+        "#120": "assigned to bob",
+        "#200": "labelled in-progress",
+        "#240": "open pull request #380",
+    }
+    assert len(calls.read_text().splitlines()) == 2  # one gh call each for issues and pulls, however long
+    listed = [path for _, path in github.requests]
+    issue_pages = [p for p in listed if "/issues?" in p]
+    assert len(issue_pages) == 4 and {"page=2", "page=3", "page=4"} <= {
+        q for p in issue_pages for q in p.split("&")
+    }
+    assert len([p for p in listed if "/pulls?" in p]) == 2
+    workable, _ = backlog.split(view.items, [])
+    assert workable[0]["id"] == "#4"
+
+
+@needs_gh
+def test_github_blockers_and_sub_issues_hold_issues_until_they_close(project, github):
+    render = github.add_issue("Render", CRITERIA)
+    epic = github.add_issue("Widgets epic", CRITERIA)
+    child = github.add_issue("Draw one widget", CRITERIA)
+    done = github.add_issue("Measure widgets", CRITERIA)
+    github.block(render, epic)  # Render is blocked by the epic (GitHub's issue dependencies)
+    github.add_sub_issue(epic, child)
+    github.add_sub_issue(epic, done)
+    github.close(done)
+    start(project, "--loop --source github")
+    first = hook_stop(project, "S1", "ok")["reason"]
+    assert f"Work item for this iteration: #{child}" in first
+    assert f"not picked: #{render}, waits for #{epic}." in first
+    assert f"not picked: #{epic}, waits for #{child}." in first  # the closed sub-issue does not hold it
+    github.close(child)
+    assert f"Work item for this iteration: #{epic}" in hook_stop(project, "S1", "ok")["reason"]
+    github.close(epic)
+    assert f"Work item for this iteration: #{render}" in hook_stop(project, "S1", "ok")["reason"]
+
+
+@needs_gh
+def test_a_cycle_of_github_dependencies_stops_the_loop(project, state, github):
+    one, two = github.add_issue("One", CRITERIA), github.add_issue("Two", CRITERIA)
+    github.block(one, two)
+    github.block(two, one)
+    start(project, "--loop --source github")
+    assert "DEPENDENCY_CYCLE" in hook_stop(project, "S1", "ok")["systemMessage"]
+    report = (state / "loops" / "work" / "report.md").read_text()
+    assert f"Dependency cycle detected: #{one} ↔ #{two} — please resolve manually" in report
+
+
+@needs_gh
+def test_an_open_blocker_outside_the_label_filter_still_holds_the_issue(project, github):
+    held = github.add_issue("Render", CRITERIA, labels=["bug"])
+    blocker = github.add_issue("Refactor the canvas", CRITERIA)  # not a bug: outside the backlog
+    free = github.add_issue("Crash on resize", CRITERIA, labels=["bug"])
+    github.block(held, blocker)
+    start(project, "--loop --source github --label bug")
+    reason = hook_stop(project, "S1", "ok")["reason"]
+    assert f"Work item for this iteration: #{free}" in reason
+    assert f"not picked: #{held}, waits for #{blocker}." in reason
+
+
+@needs_gh
+@pytest.mark.parametrize("github", [True, False], ids=["github.com", "no-dependencies"], indirect=True)
+def test_body_lines_link_issues_with_or_without_githubs_dependencies(project, github):
+    held = github.add_issue("Render", "Depends on: #2\n" + CRITERIA)
+    first = github.add_issue("Draw", CRITERIA)
+    start(project, "--loop --source github")
+    reason = hook_stop(project, "S1", "ok")["reason"]
+    assert f"Work item for this iteration: #{first}" in reason
+    assert f"not picked: #{held}, waits for #{first}." in reason
+    assert not [p for _, p in github.requests if "/sub_issues" in p or "/dependencies/" in p]
+
+
+@needs_gh
+def test_dependency_lists_read_at_one_stop_are_bounded(project, github, tmp_path, monkeypatch):
+    held = [github.add_issue(f"held {n}", CRITERIA) for n in range(12)]
+    blockers = [github.add_issue(f"blocker {n}", CRITERIA) for n in range(12)]
+    for h, b in zip(held, blockers):
+        github.block(h, b)
+    start(project, "--loop --source github")
+    calls = counting_gh(tmp_path, monkeypatch)
+    reason = hook_stop(project, "S1", "ok")["reason"]
+    assert len(calls.read_text().splitlines()) == 2 + source.DETAIL_CALLS
+    read = [p for _, p in github.requests if "/dependencies/blocked_by" in p]
+    assert len(read) == source.DETAIL_CALLS == 8
+    assert f"Work item for this iteration: #{blockers[0]}" in reason
+    for h, b in zip(held[:8], blockers[:8]):  # the lowest numbers are named
+        assert f"not picked: #{h}, waits for #{b}." in reason
+    for h in held[8:]:  # the rest wait on GitHub's count
+        assert (
+            f"not picked: #{h}, waits for 1 open issue linked on GitHub (blocked-by or sub-issues)." in reason
+        )

@@ -157,7 +157,11 @@ def test_the_page_logs_in_once_and_its_calls_need_the_csrf_token(monitor, projec
     c = TestClient(api.make_app(monitor), client=("127.0.0.1", 50000))
     assert c.get("/").status_code == 401
     code = monitor.login_code()
-    res = c.get(f"/login?code={code}", follow_redirects=False)
+    for _ in range(2):  # a link preview's GET, then the user's: neither uses the code up
+        shown = c.get(f"/login?code={code}", follow_redirects=False)
+        assert shown.status_code == 200 and "set-cookie" not in shown.headers
+        assert 'method="post"' in shown.text and f'value="{code}"' in shown.text
+    res = c.post("/login", data={"code": code}, follow_redirects=False)
     assert res.status_code == 303 and "httponly" in res.headers["set-cookie"].lower()
     assert "samesite=strict" in res.headers["set-cookie"].lower()
     page = c.get("/")
@@ -169,6 +173,8 @@ def test_the_page_logs_in_once_and_its_calls_need_the_csrf_token(monitor, projec
     assert c.post("/api/loops", json=body, headers={"X-Loopwright-CSRF": csrf}).status_code == 201
     fresh = TestClient(api.make_app(monitor), client=("127.0.0.1", 50000))
     assert fresh.get(f"/login?code={code}").status_code == 401  # the link is used up
+    assert fresh.post("/login", data={"code": code}, follow_redirects=False).status_code == 401
+    assert fresh.get("/").status_code == 401
 
 
 def test_any_active_loop_can_be_stopped(monitor, project):

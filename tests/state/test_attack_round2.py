@@ -292,7 +292,18 @@ def put_back(copy: Path, project: Path) -> None:
 @pytest.mark.parametrize("ending", ["cancel", "max-iterations"])
 def test_an_old_copy_of_an_ended_loop_put_back_is_not_continued(project, tmp_path, ending):
     marker = tmp_path / "VERIFIED"
-    ok(project, "start", "--session", "S1", "--max-iterations", "2", "--verify", f"touch {marker}", "goal")
+    ok(
+        project,
+        "start",
+        "--session",
+        "S1",
+        "--max-iterations",
+        "2",
+        "--no-wrap-up",
+        "--verify",
+        f"touch {marker}",
+        "goal",
+    )
     assert hook_stop(project, "S1", "working")["decision"] == "block"
     copy = tmp_path / "backup"
     shutil.copytree(project / ".loopwright", copy, symlinks=True)  # the whole state, markers too
@@ -319,7 +330,7 @@ def test_an_old_copy_of_an_ended_loop_put_back_is_not_continued(project, tmp_pat
 
 
 def test_a_loop_reopened_with_a_higher_ceiling_runs_and_its_old_copies_stay_refused(project, tmp_path):
-    ok(project, "start", "--session", "S1", "--max-iterations", "2", "goal")
+    ok(project, "start", "--session", "S1", "--max-iterations", "2", "--no-wrap-up", "goal")
     assert hook_stop(project, "S1", "working")["decision"] == "block"
     copy = tmp_path / "backup"
     shutil.copytree(project / ".loopwright", copy, symlinks=True)

@@ -2,20 +2,25 @@
 command prints, and the time limit holds against endless output, a command that closes
 its output and keeps running, and a grandchild that keeps the pipe open.
 
-Timing bounds are deliberately generous: the suite runs on busy machines."""
+No test depends on how fast the machine is: a time limit is made to fall at a known point
+of the command (see ``ready``), and waits are bounded only to fail instead of hanging."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from conftest import LIB  # noqa: E402
 from loopwright.state import verify
 
-SLACK = 20.0  # upper bound on elapsed seconds for anything that should stop at a short timeout
+SLACK = 120.0  # bound on waiting for a killed process to be gone
 
 
 def test_passing_command_keeps_exit_code_and_tail(tmp_path):
@@ -73,43 +78,64 @@ def test_huge_output_keeps_tail_with_bounded_memory(tmp_path):
     assert report["rss_kib"] < 100 * 1024, report
 
 
-def test_endless_output_is_killed_at_the_timeout(tmp_path):
-    t0 = time.monotonic()
-    res = verify.run("yes", tmp_path, timeout=1.5)
-    assert time.monotonic() - t0 < SLACK
+@pytest.fixture
+def ready(tmp_path, monkeypatch):
+    """verify.run's clock jumps past any time limit once the command has made READY: the
+    limit falls at a known point of the command, however busy the machine, and the real
+    limit (10 minutes) never comes first."""
+    marker, real = tmp_path / "READY", time.monotonic
+    monkeypatch.setattr(verify, "time", SimpleNamespace(monotonic=lambda: real() + JUMP * marker.exists()))
+    return marker
+
+
+JUMP = 10**6  # seconds: past any limit given here
+LIMIT = 600  # the real time limit: longer than WAIT, so it never decides a test below
+WAIT = 300  # how long a test waits for verify.run to return; a hang fails here, nothing is timed
+
+
+def run_within(command: str, cwd: Path, timeout: float = LIMIT) -> dict:
+    """verify.run, waited for at most WAIT seconds. The commands below never end by
+    themselves (sleep 3600, yes), so coming back at all shows that the limit was applied or
+    that no grandchild was waited for."""
+    box: dict = {}
+    worker = threading.Thread(target=lambda: box.update(res=verify.run(command, cwd, timeout)), daemon=True)
+    worker.start()
+    worker.join(WAIT)
+    assert "res" in box, f"verify.run({command!r}) did not return"
+    return box["res"]
+
+
+def test_endless_output_is_killed_at_the_timeout(tmp_path, ready):
+    # 100 kB are written (so read: the pipe holds 64 kB) before READY, then output never ends.
+    res = run_within("yes | head -c 100000; touch READY; exec yes", tmp_path)
     assert res["timed_out"] is True and res["exit_code"] is None and not verify.passed(res)
     assert res["output_tail"] and set(res["output_tail"].replace("\n", "")) <= {"y"}
     assert len(res["output_tail"]) <= verify.TAIL_CHARS
 
 
-def test_silent_sleeper_is_killed_and_its_output_kept(tmp_path):
-    t0 = time.monotonic()
-    res = verify.run("echo started; sleep 60", tmp_path, timeout=1.5)
-    assert time.monotonic() - t0 < SLACK
+def test_silent_sleeper_is_killed_and_its_output_kept(tmp_path, ready):
+    res = run_within("echo started; touch READY; sleep 3600", tmp_path)
     assert res["timed_out"] is True and res["exit_code"] is None
     assert res["output_tail"].strip() == "started"
 
 
-def test_command_that_closes_its_output_and_keeps_running_times_out(tmp_path):
-    t0 = time.monotonic()
-    res = verify.run("echo bye; exec >&- 2>&-; sleep 60", tmp_path, timeout=1.5)
-    assert time.monotonic() - t0 < SLACK
+def test_command_that_closes_its_output_and_keeps_running_times_out(tmp_path, ready):
+    # READY before the close: when the end of the output is seen, the limit has passed.
+    res = run_within("echo bye; touch READY; exec >&- 2>&-; sleep 3600", tmp_path)
     assert res["timed_out"] is True and res["exit_code"] is None
     assert res["output_tail"].strip() == "bye"
 
 
 def test_grandchild_holding_the_pipe_does_not_hang(tmp_path):
     pidfile = tmp_path / "grandchild.pid"
-    t0 = time.monotonic()
-    res = verify.run(f"sleep 60 & echo $! > {pidfile}; echo hi", tmp_path, timeout=5)
-    assert time.monotonic() - t0 < SLACK
+    res = run_within(f"sleep 3600 & echo $! > {pidfile}; echo hi", tmp_path)
     assert res["exit_code"] == 0 and res["timed_out"] is False and res["output_tail"].strip() == "hi"
     _assert_gone(int(pidfile.read_text()))
 
 
-def test_process_group_is_killed_on_timeout(tmp_path):
+def test_process_group_is_killed_on_timeout(tmp_path, ready):
     pidfile = tmp_path / "child.pid"
-    res = verify.run(f"sleep 60 & echo $! > {pidfile}; wait", tmp_path, timeout=1.5)
+    res = run_within(f"sleep 3600 & echo $! > {pidfile}; touch READY; wait", tmp_path)
     assert res["timed_out"] is True
     _assert_gone(int(pidfile.read_text()))
 

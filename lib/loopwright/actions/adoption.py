@@ -58,7 +58,7 @@ def _refuse(paths: loops.LoopPaths, why: object) -> loops.LoopError:
 
 def _foreign_loop(state: Path, name: str) -> loops.LoopPaths:
     """The loop ``name``, when it is not this user's trusted loop and its directory is a real one."""
-    from loopwright.actions.control import pick_loop
+    from loopwright.actions.pick import pick_loop
 
     paths = pick_loop(state, name, None, active_only=False, trusted=False)
     st = os.lstat(paths.dir)

@@ -62,6 +62,22 @@ def _untrusted(paths: loops.LoopPaths, exc: loops.UntrustedLoop) -> dict:
     }
 
 
+def _ending_fields(paths: loops.LoopPaths, budget: dict, cfg: dict) -> dict:
+    """The report, the wrap-up setting, the wrap-up turn under way or done, and its handoff."""
+    from loopwright.core import wrapup
+    from loopwright.state import handoff
+
+    record = (budget.get("router") or {}).get("wrap_up")
+    return {
+        "report": str(paths.report) if paths.report.exists() else None,
+        "wrap_up": budget.get("wrap_up", cfg.get("wrap_up")) is not False,
+        "wrap_up_floor": wrapup.floor(budget),
+        "wrapping_up": bool(wrapup.open_record(budget)) and cfg.get("status") == loops.ACTIVE,
+        "wrap_up_turn": record if isinstance(record, dict) else None,
+        "handoff": str(paths.handoff) if handoff.present(paths) else None,
+    }
+
+
 def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
     """One loop for `status`. Read-only: a damaged or untrusted loop is described, never changed."""
     try:
@@ -118,7 +134,7 @@ def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
         "prompt": cfg.get("prompt"),
         "tasks_source": cfg.get("tasks_source"),
         **_mode_fields(cfg, budget),
-        "report": str(paths.report) if paths.report.exists() else None,
+        **_ending_fields(paths, budget, cfg),
         "trusted": True,
         "problem": problem,
     }

@@ -20,6 +20,7 @@ from loopwright.state import tasks as taskreg
 from loopwright.state.project import contained
 
 MAX_PROMPT_CHARS = 100_000
+MAX_WRAP_UP_FLOOR = 0.5  # more would end a loop at half its budget before a mean is known
 
 
 @dataclass
@@ -41,6 +42,8 @@ class StartRequest:
     verify_timeout: float | None = None
     resume: bool = False
     accept_project_rates: bool = False  # count CLAUDE.md rates below the built-in ones
+    wrap_up: bool = True  # one last turn for a handoff when a budget runs out (core/wrapup.py)
+    wrap_up_floor: float | None = None  # share of the dollar/token ceilings kept before a mean is known
     mode_config: dict = field(default_factory=dict)  # the mode's own loop.json keys (its config_fields)
     mode_state: dict | None = None  # what the mode's begin() starts from
     transcript_path: str | None = (
@@ -111,6 +114,11 @@ def _check_limits(req: StartRequest) -> None:
         raise loops.LoopError(f"--max-prs must be 1 or more (got {req.max_prs})")
     if req.lock_mode not in ("skip", "wait", "force"):
         raise loops.LoopError(f"--lock must be skip, wait or force (got {req.lock_mode!r})")
+    if req.wrap_up_floor is not None and not (0 <= req.wrap_up_floor <= MAX_WRAP_UP_FLOOR):
+        raise loops.LoopError(
+            f"--wrap-up-floor must be between 0 and {MAX_WRAP_UP_FLOOR:g} (a share of the ceiling; "
+            f"got {req.wrap_up_floor:g})"
+        )
     if req.gate_policy not in gates.POLICIES:
         raise loops.LoopError(f"--gates must be ask, continue or stop (got {req.gate_policy!r})")
 
@@ -214,6 +222,8 @@ def _new_loop(req: StartRequest, name: str, stamp: str, project_dir: str) -> dic
         "budget_file": req.budget_file,
         "verify": req.verify,
         "verify_timeout": req.verify_timeout,
+        "wrap_up": req.wrap_up,
+        "wrap_up_floor": req.wrap_up_floor,
         "owner_session": req.session,
         "nonce": "lw-" + secrets.token_hex(8),
         "status": loops.ACTIVE,
@@ -248,6 +258,9 @@ START_OPTIONS = {
     "--verify-timeout": True,
     "--resume": False,
     "--accept-project-rates": False,
+    "--wrap-up": False,
+    "--no-wrap-up": False,
+    "--wrap-up-floor": True,
 }
 
 
@@ -279,6 +292,12 @@ def apply_limits(req: StartRequest, opts: dict) -> None:
         req.lock_mode = str(opts["--lock"])
     if opts.get("--accept-project-rates"):
         req.accept_project_rates = True
+    if opts.get("--no-wrap-up"):
+        req.wrap_up = False
+    elif opts.get("--wrap-up"):
+        req.wrap_up = True
+    if "--wrap-up-floor" in opts:
+        req.wrap_up_floor = _number("--wrap-up-floor", opts["--wrap-up-floor"], float)
 
 
 def accepted_rates(project_dir: str) -> dict:
@@ -346,7 +365,20 @@ def resumed_note(res) -> str:
     text = announcement(res.loop, verb="resumed")
     if res.notes:
         text += "\n" + "\n".join(f"Note: {n}" for n in res.notes)
-    return text
+    return _handoff_section(res.paths) + text
+
+
+def _handoff_section(paths: loops.LoopPaths) -> str:
+    """The handoff the last run's wrap-up turn wrote (core/wrapup.py), to open the resumed loop with."""
+    from loopwright.state import handoff
+
+    text = handoff.read(paths)
+    if text is None:
+        return ""
+    return (
+        f"Handoff from the last run of this loop (written in its wrap-up turn; {paths.handoff}):\n\n"
+        f"{text}\n\n---\n\n"
+    )
 
 
 def announcement(loop: dict, verb: str = "started", state: dict | None = None) -> str:

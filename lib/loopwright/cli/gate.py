@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from loopwright.actions import control
+from loopwright.actions import gates, pick
 from loopwright.cli.base import Ctx, ceiling_options, echo, echo_json, env_session
 from loopwright.state import loops
 
@@ -22,7 +22,7 @@ def gate() -> None:
 @click.pass_obj
 def gate_answer(obj: Ctx, gate_name, answer, name, **raise_to) -> None:
     """Record the user's answer to a waiting gate, verbatim."""
-    echo(control.answer_gate(obj.state, name, env_session(), gate_name, answer, raise_to))
+    echo(gates.answer_gate(obj.state, name, env_session(), gate_name, answer, raise_to))
 
 
 @gate.command("list")
@@ -31,8 +31,8 @@ def gate_answer(obj: Ctx, gate_name, answer, name, **raise_to) -> None:
 @click.pass_obj
 def gate_list(obj: Ctx, name, as_json) -> None:
     """Gates waiting for an answer."""
-    paths = control.pick_loop(obj.state, name, env_session(), active_only=False)
-    cfg = control.config(paths)
+    paths = pick.pick_loop(obj.state, name, env_session(), active_only=False)
+    cfg = pick.config(paths)
     budget = loops.read_state(paths.configured(cfg), "budget", move_corrupt=False) or {}
     waiting = [g for g in budget.get("pending_gates") or [] if not g.get("answer")]
     if as_json:

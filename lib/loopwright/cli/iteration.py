@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import click
 
-from loopwright.actions import control
+from loopwright.actions import reports
 from loopwright.cli.base import Ctx, echo, echo_json, env_session
 
 
 @click.command("report")
 @click.option(
-    "--outcome", type=click.Choice(list(control.OUTCOMES)), required=True, help="How this iteration went."
+    "--outcome", type=click.Choice(list(reports.OUTCOMES)), required=True, help="How this iteration went."
 )
 @click.option(
     "--pr", "prs", multiple=True, help="A PR this iteration touched (142 or #142); repeat for several."
@@ -71,7 +71,7 @@ def report_cmd(
     """Report what this iteration did; the next Stop folds it into the budget and history."""
     entry = {
         "outcome": outcome,
-        "prs": [control.parse_pr(p) for p in prs],
+        "prs": [reports.parse_pr(p) for p in prs],
         "comments": comments,
         "merges": merges,
         "agents": agents,
@@ -79,12 +79,12 @@ def report_cmd(
         "item": item,
         "external_error": external_error,
         "exit_code": exit_code,
-        "tracked_prs": [control.parse_tracked_pr(t) for t in tracked],
-        "worktrees": [control.parse_worktree(w) for w in worktrees] if worktrees else None,
+        "tracked_prs": [reports.parse_tracked_pr(t) for t in tracked],
+        "worktrees": [reports.parse_worktree(w) for w in worktrees] if worktrees else None,
         "task": task,
         "note": note,
     }
-    paths, record = control.record_report(obj.state, name, env_session(), entry)
+    paths, record = reports.record_report(obj.state, name, env_session(), entry)
     if as_json:
         echo_json(record)
     else:

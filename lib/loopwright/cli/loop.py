@@ -9,7 +9,9 @@ import time
 
 import click
 
-from loopwright.actions import control
+from loopwright.actions import cancel as cancelling
+from loopwright.actions import pick
+from loopwright.actions import resume as resuming
 from loopwright.actions import start as starting
 from loopwright.cli.base import Ctx, ceiling_options, echo, env_session
 from loopwright.core import router
@@ -69,6 +71,17 @@ from loopwright.state import lock as locks
     "(without it the built-in rates count for those models).",
 )
 @click.option(
+    "--wrap-up/--no-wrap-up",
+    default=None,
+    help="When a budget runs out, give the agent one last turn to write handoff.md (default: on).",
+)
+@click.option(
+    "--wrap-up-floor",
+    type=float,
+    help="Share of the dollar and token ceilings kept for the wrap-up before an iteration's cost is "
+    "known (default 0.1).",
+)
+@click.option(
     "--args-stdin",
     is_flag=True,
     help="Read the raw slash-command argument text from stdin (goal and options together).",
@@ -115,8 +128,8 @@ def route(obj: Ctx, name, session, message, transcript_path, explain) -> None:
     from loopwright.events.observe import observe
 
     state = obj.state
-    paths = control.pick_loop(state, name, session)
-    loop = control.config(paths)
+    paths = pick.pick_loop(state, name, session)
+    loop = pick.config(paths)
     if loop.get("status") != loops.ACTIVE:
         echo(f"{loop.get('outcome')}")
         if explain:
@@ -178,7 +191,7 @@ def route(obj: Ctx, name, session, message, transcript_path, explain) -> None:
 @click.pass_obj
 def cancel(obj: Ctx, name, session, reason) -> None:
     """Cancel a loop for good: no later Stop can continue or revive it."""
-    echo(control.cancel(obj.state, name, starting.clean_session(session) or env_session(), reason))
+    echo(cancelling.cancel(obj.state, name, starting.clean_session(session) or env_session(), reason))
 
 
 @click.command()
@@ -197,7 +210,7 @@ def resume(obj: Ctx, name, session, lock_mode, **ceilings) -> None:
     """Continue a loop in this session: after an interrupt or the block cap, when its session
     died (counters come back from the last history line), or after a budget ran out (with a
     higher ceiling)."""
-    res = control.resume(
+    res = resuming.resume(
         obj.state,
         name,
         starting.clean_session(session) or env_session(),
@@ -213,7 +226,7 @@ def resume(obj: Ctx, name, session, lock_mode, **ceilings) -> None:
 @click.pass_obj
 def release_lock(obj: Ctx, name, owner) -> None:
     """Free a loop's lock, only if OWNER holds it."""
-    paths = control.pick_loop(obj.state, name, None, active_only=False)
+    paths = pick.pick_loop(obj.state, name, None, active_only=False)
     with loops.loop_mutex(paths):
         lk = loops.read_state(paths, "lock", move_corrupt=False)
         if not lk:
@@ -234,7 +247,7 @@ def release_lock(obj: Ctx, name, owner) -> None:
 @click.pass_obj
 def teardown(obj: Ctx, name, force) -> None:
     """Remove a loop and all its files (safe after a crash; refuses a live loop without --force)."""
-    paths = control.pick_loop(obj.state, name, None, active_only=False, trusted=False)
+    paths = pick.pick_loop(obj.state, name, None, active_only=False, trusted=False)
     loops.check_dirs(obj.state, paths.name)  # rmtree never follows symlinks, but say so plainly
     with loops.loop_mutex(paths):
         try:

@@ -76,6 +76,12 @@ class Reporter:
     default=None,
     help="Count the project's CLAUDE.md rates even where they are below the built-in ones.",
 )
+@click.option(
+    "--wrap-up/--no-wrap-up",
+    default=None,
+    help="When a budget runs out, give the agent one last turn to write handoff.md (default: on).",
+)
+@click.option("--wrap-up-floor", type=float, help="Share of the dollar/token ceilings kept for the wrap-up.")
 @click.option("--completion-promise", help='Sentinel text (default "LOOP COMPLETE").')
 @click.option("--verify", help="A command that must pass before a completion claim is accepted.")
 @click.option("--name", help="Loop name (default: the mode, made unique).")
@@ -176,6 +182,8 @@ def _mode_command(words: tuple, limits: dict) -> str | None:
         rest.insert(0, "--loop")
     for key, value in limits.items():
         option = "--gates" if key == "gate_policy" else "--" + key.replace("_", "-")
+        if value is False:  # a --x/--no-x flag turned off
+            option, value = "--no-" + option[2:], True
         if value is not None:
             if option not in known:
                 fail(f"{option} does not apply to `run {words[0]}`")

@@ -23,14 +23,29 @@ from loopwright.cli.base import Ctx, echo, fail
 )
 @click.option("--claude", "claude_bin", envvar="LOOPWRIGHT_CLAUDE", help="Claude Code's CLI, for every run.")
 @click.option("--claude-arg", "claude_args", multiple=True, help="Passed to claude in every run; repeatable.")
+@click.option(
+    "--login",
+    "new_login",
+    is_flag=True,
+    help="Print a new one-time sign-in link to the running monitor, and exit.",
+)
+@click.option(
+    "--notify",
+    "notify",
+    multiple=True,
+    metavar="HOW",
+    help="desktop, webhook:URL, slack:URL or command:CMD, told once when a loop shown ends or a gate waits.",
+)
 @click.pass_obj
-def serve(obj: Ctx, port, projects, claude_bin, claude_args) -> None:
+def serve(obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify) -> None:
     """Serve the REST API of this machine's runs on 127.0.0.1 (token in the monitor's data
     directory). Runs left behind by an earlier monitor are picked up again."""
+    if new_login:
+        return _print_login()
     try:
         import uvicorn
 
-        from loopwright.serve import app, registry, runs, token
+        from loopwright.serve import app, logins, registry, runs, token
     except ImportError as exc:
         fail(f"the monitor needs its web packages ({exc.name}); reinstall: pip install -r requirements.txt")
     home = token.data_dir()
@@ -43,7 +58,9 @@ def serve(obj: Ctx, port, projects, claude_bin, claude_args) -> None:
     served = [Path(p).resolve() for p in projects] or [obj.project_dir.resolve()]
     for note in runs.recover(reg, jobs, _loop_active):
         echo(f"loopwright serve: {note}")
-    monitor = app.Monitor(served, reg, jobs, secret)
+    if notify:
+        _watch(served, reg, list(notify))
+    monitor = app.Monitor(served, reg, jobs, secret, home=home)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -56,15 +73,49 @@ def serve(obj: Ctx, port, projects, claude_bin, claude_args) -> None:
     echo(f"loopwright serve: projects {', '.join(map(str, served))}")
     echo(f"loopwright serve: API on http://127.0.0.1:{bound}/api/ (token: {home / 'token'})")
     echo(f"loopwright serve: open http://127.0.0.1:{bound}/login?code={monitor.login_code()} (one use)")
-    uvicorn.Server(config).run(sockets=[sock])
+    echo("loopwright serve: a new link any time: loopwright serve --login")
+    logins.record(home, bound)  # where `serve --login` finds this monitor
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        logins.forget(home)
+
+
+def _print_login() -> None:
+    """A new one-time link to the monitor this user runs: the code goes where only this user
+    can write (the monitor's data directory), after the monitor proved it holds the token."""
+    from loopwright.serve import logins, token
+
+    home = token.data_dir()
+    try:
+        port = logins.running_port(home, logins.read_token(home))
+        code = logins.mint(home)
+    except logins.NoMonitor as exc:
+        fail(str(exc))
+    minutes = logins.TTL // 60
+    echo(f"open http://127.0.0.1:{port}/login?code={code} (one use, within {minutes} minutes)")
+
+
+def _watch(served: list[Path], reg, specs: list[str]) -> None:
+    """``--notify``: every loop shown, told once when it ends and when a gate waits."""
+    from loopwright.core.errors import UserError
+    from loopwright.serve import notices
+
+    def report(_what: str, notifier: str = "", error: str = "", **_fields) -> None:
+        echo(f"loopwright serve: a {notifier} notification failed: {error}", err=True)
+
+    try:
+        notices.Watcher(served, reg, specs, report).start()
+    except UserError as exc:
+        fail(str(exc))
 
 
 def _loop_active(row: dict) -> bool:
-    from loopwright.actions import control
+    from loopwright.actions import pick
     from loopwright.state import loops
 
     try:
-        cfg = control.config(loops.LoopPaths(Path(row["project"]) / ".loopwright", row["loop"]))
+        cfg = pick.config(loops.LoopPaths(Path(row["project"]) / ".loopwright", row["loop"]))
     except Exception:
         return False
     return cfg.get("status") == loops.ACTIVE

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from loopwright.actions import control
+from loopwright.actions import pick
 from loopwright.actions.overview import summaries
 from loopwright.cli.base import Ctx, echo, echo_json, env_session
 from loopwright.state import lock as locks
@@ -124,8 +124,23 @@ def _print_summary(state: Path, s: dict) -> None:
         )
     _print_project_rates(s.get("project_rates"))
     _print_tasks_source(s)
+    _print_wrap_up(s)
     if s["report"]:
         echo(f"  report: {s['report']}")
+    if s.get("handoff"):
+        echo(f"  handoff: {s['handoff']}")
+
+
+def _print_wrap_up(s: dict) -> None:
+    """The wrap-up setting while the loop runs; the wrap-up turn when it is under way."""
+    if s.get("wrapping_up"):
+        turn = s.get("wrap_up_turn") or {}
+        echo(f"  WRAP-UP TURN under way: the loop ends with {turn.get('outcome')} at the next Stop")
+    elif s["status"] == loops.ACTIVE:
+        echo(
+            "  wrap-up: "
+            + ("on (one last turn for handoff.md when a budget runs out)" if s.get("wrap_up") else "off")
+        )
 
 
 def _print_tasks_source(s: dict) -> None:
@@ -161,7 +176,7 @@ def _print_project_rates(pr: dict | None) -> None:
 @click.pass_obj
 def history(obj: Ctx, name, as_json, last) -> None:
     """One row per iteration: outcome, tokens, dollars, gates."""
-    paths = control.pick_loop(obj.state, name, env_session(), active_only=False)
+    paths = pick.pick_loop(obj.state, name, env_session(), active_only=False)
     records, problems = store.read_jsonl(paths.history)
     if last:
         records = records[-last:]

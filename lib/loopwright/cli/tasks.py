@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from loopwright.actions import control
+from loopwright.actions import pick
 from loopwright.cli.base import Ctx, echo, echo_json, emit, env_session
 from loopwright.core.errors import UserError
 from loopwright.state import loops
@@ -26,10 +26,10 @@ def _task_file(obj: Ctx, loop_name: str | None, project_arg: str | None = None) 
     loop_dir = None
     session = env_session()
     if loop_name:
-        loop_dir = control.pick_loop(state, loop_name, None, active_only=False).dir
+        loop_dir = pick.pick_loop(state, loop_name, None, active_only=False).dir
     elif session:
         try:
-            loop_dir = control.pick_loop(state, None, session, own_only=True).dir
+            loop_dir = pick.pick_loop(state, None, session, own_only=True).dir
         except loops.LoopError:
             loop_dir = None  # this session runs no loop: the project's own registry
     loop = _loop_config(loop_dir) if loop_dir is not None else None

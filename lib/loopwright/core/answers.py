@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import gates
+from loopwright.core import gates, judge
 from loopwright.core.outcomes import gate_stop
 
 
@@ -16,6 +16,8 @@ def note_answer(t, gate: dict, answer: str) -> None:
         t.notes.append(
             f"retry {gate.get('item') or 'the failing item'} once more, with a different approach."
         )
+    elif gate["name"] == gates.JUDGE:
+        judge.on_answer(t, answer)
 
 
 def apply_answers(t) -> tuple[str | None, str, list[str]]:
@@ -36,6 +38,9 @@ def apply_answers(t) -> tuple[str | None, str, list[str]]:
                 f"the user answered stop at gate {gate['name']}",
                 ["prior_gate_stop"],
             )
+        if gate["name"] == gates.JUDGE and answer == "accept":
+            b["pending_gates"] = []
+            return judge.accepted()
         if gate["name"] == gates.BUDGET_ESCALATION and answer == "raise":
             raised = gate.get("raise_to") or {}
             changes = []

@@ -33,6 +33,8 @@ def initial(loop: dict) -> dict:
         "max_minutes": loop["max_minutes"],
         "max_dollars": loop.get("max_dollars"),
         "max_tokens": loop.get("max_tokens"),
+        "wrap_up": loop.get("wrap_up") is not False,
+        "wrap_up_floor": loop.get("wrap_up_floor"),
         "iterations_used": 0,
         "prs_touched": [],
         "comments_pushed": 0,

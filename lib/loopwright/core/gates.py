@@ -19,6 +19,7 @@ BACKLOG_DRIFT = "backlog-drift"
 AMBIGUOUS_CRITERIA = "ambiguous-criteria"
 POST_FEEDBACK_MERGE = "post-feedback-merge"
 RESUME_DIVERGENCE = "resume-divergence"
+JUDGE = "judge"  # the completion judge could not, or would not, settle a claim (core/judge.py)
 
 OPTIONS = {
     BUDGET_ESCALATION: ["continue", "raise", "stop"],
@@ -28,6 +29,7 @@ OPTIONS = {
     AMBIGUOUS_CRITERIA: ["skip", "escalate", "proceed", "stop"],
     POST_FEEDBACK_MERGE: ["merge", "hold", "stop"],
     RESUME_DIVERGENCE: ["re-attach", "skip", "stop"],
+    JUDGE: ["accept", "continue", "stop"],
 }
 # What the "continue" policy answers for each gate: the option that lets the loop go on.
 POLICY_CONTINUE = {
@@ -38,6 +40,7 @@ POLICY_CONTINUE = {
     AMBIGUOUS_CRITERIA: "proceed",
     POST_FEEDBACK_MERGE: "hold",
     RESUME_DIVERGENCE: "re-attach",
+    JUDGE: "continue",  # never "accept": an unattended loop does not take a claim the judge refused
 }
 POLICIES = ("ask", "continue", "stop")
 MAX_ASKS = 3  # unanswered asks before the loop pauses to wait for the user

@@ -156,6 +156,13 @@ class Mode:
         """Extra fields for the status block and line, e.g. what the loop works on (pure)."""
         return []
 
+    def wrap_up_hint(self, loop: dict, state: dict | None) -> str:
+        """What the wrap-up turn (core/wrapup.py) asks of the working tree, in this mode's words (pure)."""
+        return (
+            "Leave the working tree as the next person should find it: commit finished work if this "
+            "project commits as it goes, and name in the handoff anything left uncommitted."
+        )
+
     def outcome_text(self, loop: dict, outcome: str) -> str | None:
         """Why the loop ended, in this mode's words; None leaves it to the engine (pure)."""
         return None

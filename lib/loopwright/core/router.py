@@ -16,7 +16,7 @@ loop that finishes on its last allowed iteration is done, not exhausted); the
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import checks, gates, prompts
+from loopwright.core import checks, gates, judge, prompts, wrapup
 from loopwright.core.answers import apply_answers, note_answer
 from loopwright.core.completion import completion_claimed
 from loopwright.core.modeapi import PromptParts
@@ -57,6 +57,7 @@ __all__ = [
     "decide",
     "gate_stop",
     "initial_budget",
+    "needs_judgement",
     "needs_verification",
     "stopped",
 ]
@@ -85,9 +86,11 @@ class Snapshot(Record):
         ("tasks_text", ""),
         ("tasks_pressure", None),
         ("verify_result", None),
+        ("judge_result", None),
         ("backprop_pending", None),
         ("mode", None),
         ("observation", None),
+        ("handoff_path", None),
     )
 
     now: float
@@ -108,9 +111,11 @@ class Snapshot(Record):
     tasks_text: str  # the tasks section of the next prompt, rendered by the shell
     tasks_pressure: str | None  # one line when the open tasks pile up
     verify_result: dict | None  # the completion check, when it ran this tick
+    judge_result: dict | None  # the completion judge's run, when it ran this tick (core/judge.py)
     backprop_pending: dict | None  # a failure waiting to open the next prompt
     mode: object  # the loop's mode (core.modeapi.Mode), looked up by the shell
     observation: object  # what the mode's observe() read at this Stop
+    handoff_path: str | None  # where the wrap-up turn writes its handoff (core/wrapup.py)
 
 
 class Decision(Record):
@@ -148,27 +153,43 @@ def initial_budget(loop: dict) -> dict:
 def needs_verification(snap: Snapshot) -> bool:
     """Whether this Stop must run the loop's --verify check: completion is claimed
     and no task is open (the task gate rejects it first)."""
-    if not snap.loop.get("verify") or snap.cancelled:
+    if not snap.loop.get("verify") or snap.cancelled or wrapup.open_record(snap.budget):
         return False
     if snap.tasks is not None and snap.tasks.open_count:
         return False
     return completion_claimed(snap)[0]
 
 
+def needs_judgement(snap: Snapshot) -> bool:
+    """Whether this Stop must ask the loop's --judge: a claim the task gate and the
+    --verify check (run first) let through, outside a wrap-up turn (core/judge.py)."""
+    return judge.wanted(snap)
+
+
 def decide(snap: Snapshot) -> Decision:
     """One tick, as named phases (SPEC §4): fold in the turn, gate answers, the mode's
-    step, completion and the 100% stops, the 80% gates, the pauses, the next prompt."""
+    step, completion and the 100% stops (or the wrap-up turn they earn), the 80% gates,
+    the pauses, the next prompt."""
     if snap.lock_state == LOCK_FOREIGN:
         return _hold(snap)
     t = TickState(snap)
     before = fold_turn(t)
+    if wrapup.open_record(t.budget):
+        return _close_wrap_up(t)
     outcome, reason, fired = apply_answers(t)
     mstep = _mode_step(t)
     if outcome is None:
         outcome, reason, fired = ending(t, mstep)
+    if outcome is None:
+        outcome, reason, fired = wrapup.short_of_reserve(t.budget, uncounted(snap))
     history = history_line(t, outcome, fired)
     if outcome is not None:
         t.budget["pending_gates"] = []
+        earns, why = wrapup.earns_turn(t.budget, outcome)
+        if earns:
+            return _open_wrap_up(t, history, outcome, reason, fired)
+        if why:
+            t.journal.append({"event": "wrap-up", "skipped": why})
         return _finish(t, history, STOP, reason, outcome=outcome, fired=fired)
     if t.rejected:
         history["completion_rejected"] = t.rejected
@@ -178,6 +199,51 @@ def decide(snap: Snapshot) -> Decision:
         or _pause_for_block_cap(t, history)
         or _next_prompt(t, mstep, history)
     )
+
+
+def _open_wrap_up(t: TickState, history: dict, outcome: str, reason: str, fired: list[str]) -> Decision:
+    """The loop has run out: one more turn, to write the handoff; it ends at the next Stop."""
+    snap, b, loop = t.snap, t.budget, t.loop
+    wrapup.open_turn(b, outcome, reason, fired, t.iteration, t.stamp)
+    history["outcome"] = "wrapping-up"
+    history["stop_conditions_fired"] = fired
+    history["wrap_up_for"] = outcome
+    extra = snap.mode.status_parts(loop, b)
+    status = prompts.status_block(loop, b, t.iteration, extra)
+    hint = snap.mode.wrap_up_hint(loop, b.get("mode_state"))
+    prompt = wrapup.prompt(status, reason, snap.handoff_path or "handoff.md in the loop's directory", hint)
+    why = f"{reason}; the agent has one wrap-up turn to write its handoff, then the loop ends with {outcome}"
+    t.router["last_action"], t.router["last_reason"] = CONTINUE, why
+    return Decision(
+        CONTINUE,
+        why,
+        iteration=t.iteration,
+        prompt=prompt,
+        system_message=prompts.status_line(loop, b, t.iteration, extra) + f" · wrap-up turn ({outcome})",
+        budget=b,
+        history=with_snapshot(history, b),
+        journal=t.journal
+        + [{"event": "wrap-up", "outcome": outcome, "reason": reason}]
+        + [{"event": "route", "decision": CONTINUE, "reason": why}],
+    )
+
+
+def _close_wrap_up(t: TickState) -> Decision:
+    """The wrap-up turn ended: the loop ends with the outcome it already had (cancel
+    during the turn ends it as cancelled). The turn is no iteration; its spend counts."""
+    t.iteration -= 1
+    t.budget["iterations_used"] = t.iteration
+    t.counted = False
+    record, over = wrapup.close_turn(t.budget, t.stamp)
+    outcome, reason, fired = record["outcome"], record["reason"], list(record["fired"])
+    if t.snap.cancelled:
+        outcome, reason, fired = CANCELLED, "the loop was cancelled during its wrap-up turn", ["cancel"]
+    spent = {"dollars": record["dollars"], "tokens": record["tokens"], "over": over}
+    t.journal.append(dict({"event": "wrap-up", "ended": True}, **spent))
+    t.budget["pending_gates"] = []
+    history = history_line(t, outcome, fired)
+    history["wrap_up"] = True
+    return _finish(t, history, STOP, reason, outcome=outcome, fired=fired)
 
 
 def _hold(snap: Snapshot) -> Decision:
@@ -206,7 +272,7 @@ def _fire_gates(t: TickState, before: dict, history: dict, mode_gates: list[dict
     failure = budgets.repeated_failure(b, t.folded)
     if failure:
         fresh.append(gates.repeated_failure(failure))
-    fresh += mode_gates
+    fresh += mode_gates + t.raised_gates
     policy = t.loop.get("gate_policy") or "ask"
     for gate in fresh:
         if policy == "stop":
@@ -298,7 +364,7 @@ def _next_prompt(t: TickState, mstep, history: dict) -> Decision:
             f"iteration {t.iteration + 1} begins"
         )
     if t.rejected:
-        by = "task gate" if t.rejected == "tasks" else "completion check"
+        by = {"tasks": "task gate", "judge": "completion judge"}.get(t.rejected, "completion check")
         reason = f"iteration {t.iteration} claimed completion, rejected by the {by}"
     reason = mstep.reason or reason
     t.router["last_action"], t.router["last_reason"] = CONTINUE, reason
@@ -308,7 +374,10 @@ def _next_prompt(t: TickState, mstep, history: dict) -> Decision:
     backprop = t.backprop_new or snap.backprop_pending
     if backprop:
         prompt = checks.directive(backprop) + "\n\n" + prompt
+    if t.judged:  # the judge's word on this claim opens the prompt
+        prompt = judge.directive(t.judged) + "\n\n" + prompt
     status = prompts.status_line(loop, b, t.iteration + 1, snap.mode.status_parts(loop, b))
+    status += judge.status_note(t.judged)
     return Decision(
         CONTINUE,
         reason,

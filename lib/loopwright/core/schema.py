@@ -175,6 +175,12 @@ LOOP = Obj(
         "tasks_source": Str(4200, nonempty=True),
         "verify": Str(100_000, null=True),
         "verify_timeout": Num(1e-9, 1e5, null=True),
+        "wrap_up": Bool(),
+        "wrap_up_floor": Num(0.0, 0.5, null=True),
+        # The completion judge (core/judge.py): only the user's start options set these.
+        "judge": Bool(null=True),
+        "judge_model": Str(128, null=True),
+        "judge_timeout": Num(1.0, 600.0, null=True),
         "owner_session": Str(256, null=True),
         "nonce": Str(128, nonempty=True),
         "status": Str(16, choices=("active", "ended")),
@@ -247,6 +253,34 @@ GATE = Obj(
 
 USAGE = Map(Int(), 16)
 
+# The completion judge's record in budget.json (core/judge.py record and fold).
+JUDGE_LAST = Obj(
+    {
+        "iteration": Int(0, 10**7),
+        "at": TIME,
+        "verdict": Str(16, choices=("done", "not_done", "not_judged")),
+        "reason": Str(10_000, null=True),
+        "failure": Str(32, null=True),
+        "detail": Str(10_000, null=True),
+        "model": Str(256, null=True),
+        "seconds": Num(0.0, 1e5, null=True),
+        "dollars": Num(0.0, 1e9, null=True),
+    }
+)
+JUDGE_RECORD = Obj(
+    {
+        "calls": Int(0, 10**7),
+        "done": Int(0, 10**7),
+        "not_done": Int(0, 10**7),
+        "not_judged": Int(0, 10**7),
+        "noes_in_row": Int(0, 10**7),
+        "failures_in_row": Int(0, 10**7),
+        "dollars": Num(0.0, 1e9),
+        "tokens_by_model": Map(USAGE, 100),
+        "last": JUDGE_LAST,
+    }
+)
+
 CURSOR = Obj(
     {
         "path": Str(4096, null=True),
@@ -267,6 +301,18 @@ ROUTER = Obj(
         "iteration_started_at": TIME,
         "paused_at": TIME,
         "pause_why": Str(32, null=True),
+        "wrap_up": Obj(
+            {
+                "open": Bool(),
+                "outcome": Str(256, nonempty=True),
+                "reason": TEXT,
+                "fired": List(Str(64), 100),
+                "after_iteration": Int(0, 10**7),
+                "dollars_before": MONEY,
+                "tokens_before": COUNT,
+            },
+            required=("open", "outcome", "fired", "dollars_before", "tokens_before"),
+        ),
     },
 )
 
@@ -289,6 +335,8 @@ BUDGET = Obj(
         "max_minutes": Num(1e-9, 1e7),
         "max_dollars": Num(0.0, 1e9, null=True),
         "max_tokens": Int(1, BIG, null=True),
+        "wrap_up": Bool(),
+        "wrap_up_floor": Num(0.0, 0.5, null=True),
         "iterations_used": Int(0, 10**7),
         "prs_touched": List(Str(64)),
         "comments_pushed": COUNT,
@@ -314,6 +362,7 @@ BUDGET = Obj(
         "cursor": CURSOR,
         "reports_offset": Int(0, 2**62),
         "router": ROUTER,
+        "judge": JUDGE_RECORD,
         "mode_state": Anything(),  # checked by the loop's mode (modes.check_state)
         "tick": Anything(),  # the commit record; checked by its own spec where it is used
     },
@@ -424,3 +473,21 @@ PROJECT_CONFIG = Obj(
         "run": Obj({"notify": List(Str(4096), 20)}, null=True),
     },
 )
+
+# A judge run kept for the deferred final tick of the same Stop (state/judging.py), so the
+# judge is asked once per claim even when the tick is redone.
+JUDGE_RESULT = Obj(
+    {
+        "verdict": Str(16, choices=("done", "not_done", "not_judged")),
+        "reason": Str(10_000, null=True),
+        "failure": Str(32, null=True),
+        "detail": Str(10_000, null=True),
+        "usage": Map(USAGE, 10),
+        "model": Str(256, null=True),
+        "seconds": Num(0.0, 1e5, null=True),
+        "reported_cost_usd": Num(0.0, 1e9, null=True),
+        "session_id": Str(256, null=True),
+    },
+    required=("verdict", "usage"),
+)
+JUDGE_CACHE = Obj({"key": Str(128, nonempty=True), "result": JUDGE_RESULT}, required=("key", "result"))

@@ -4,7 +4,7 @@ its gates (before any budget), then the 100% stop conditions."""
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import checks
+from loopwright.core import checks, judge
 from loopwright.core.completion import completion_claimed
 from loopwright.core.modeapi import DIMENSIONS
 from loopwright.core.outcomes import (
@@ -43,6 +43,7 @@ def stop_conditions(
         rejected = completion_gates(t)
         if rejected is None:
             how = " and the check passed" if snap.verify_result else ""
+            how += " and the completion judge agreed" if t.judged else ""
             return (
                 LOOP_DONE,
                 f"the agent ended its final message with the completion sentinel ({where}){how}",
@@ -127,4 +128,6 @@ def completion_gates(t) -> str | None:
                 "seconds": result.get("seconds"),
             }
         )
+    if judge.enabled(snap.loop):  # last: the judge is asked only about claims the checks let through
+        return judge.review(t)
     return None

@@ -4,7 +4,7 @@ the agent's reports, the block-cap bookkeeping and the iteration's history line.
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import gates
+from loopwright.core import gates, judge
 from loopwright.core.clock import now_iso
 from loopwright.core.modeapi import Tick
 from loopwright.core.outcomes import CONTINUE, PAUSE
@@ -27,6 +27,8 @@ class TickState:
         self.stamp = now_iso(snap.now)
         self.rejected: str | None = None
         self.backprop_new: dict | None = None
+        self.judged: dict | None = None  # the completion judge's word on this tick's claim
+        self.raised_gates: list[dict] = []  # gates a phase of this tick raised (the judge's)
         self.tick = Tick(
             self.iteration,
             self.stamp,
@@ -66,6 +68,7 @@ def fold_turn(t) -> dict:
     before["iterations"] = float(b.get("iterations_used", 0))
     b["minutes_elapsed"] = budgets.minutes_elapsed(b, snap.now)
     t.delta = budgets.add_usage(b, snap.turn.usage)
+    judge.fold(t)  # the judge's tokens count with the turn's, before the pricing below
     b["cursor"] = snap.turn.cursor.to_dict()
     t.dollars_before = float(b.get("dollars_estimate", 0.0))
     price(t, snap.rates or table(None))
@@ -119,6 +122,8 @@ def history_line(t, outcome: str | None, fired: list[str]) -> dict:
         "gates": t.gates_record,
         "stop_conditions_fired": fired,
     }
+    if t.judged:
+        history["judge"] = t.judged
     if not t.counted:
         history["counted"] = False  # a wait or a gate turn: time and spend, no iteration
     t.router["iteration_started_at"] = t.stamp

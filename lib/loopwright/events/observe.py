@@ -163,6 +163,7 @@ def observe(
         backprop_pending=pending,
         mode=mode,
         observation=mode.observe(loop),
+        handoff_path=str(paths.handoff),
     )
     if not dry_run and router.needs_verification(snap):
         timeout = min(float(loop.get("verify_timeout") or verify.DEFAULT_TIMEOUT), verify.MAX_TIMEOUT)

@@ -12,7 +12,9 @@ import os
 import re
 
 from loopwright import modes
-from loopwright.actions import control
+from loopwright.actions import cancel as cancelling
+from loopwright.actions import gates
+from loopwright.actions import resume as resuming
 from loopwright.actions import start as starting
 from loopwright.core import jsoncodec, slashargs
 from loopwright.core.errors import UserError
@@ -91,7 +93,7 @@ def _loop(call: _Call) -> str:
     if not req.resume:
         _, loop = starting.start(call.state, req)
         return starting.announcement(loop)
-    res = control.resume(
+    res = resuming.resume(
         call.state,
         req.prompt.strip() or req.name,
         call.session,
@@ -106,7 +108,7 @@ def _loop(call: _Call) -> str:
 def _resume(call: _Call) -> str:
     text, opts = slashargs.parse(call.args, RESUME_OPTIONS)
     req = starting.request_from_args_text("--resume " + call.args, None) if opts else None
-    res = control.resume(
+    res = resuming.resume(
         call.state,
         text.strip() or None,
         call.session,
@@ -126,14 +128,14 @@ def _answer(call: _Call) -> str:
             "e.g. /loopwright:answer budget-escalation continue"
         )
     loop_name = words[0] if len(words) == 3 else None
-    recorded = control.answer_gate(call.state, loop_name, call.session, words[-2], words[-1])
+    recorded = gates.answer_gate(call.state, loop_name, call.session, words[-2], words[-1])
     return recorded + "\nTell the user the answer was recorded; then carry on as it says."
 
 
 def _cancel(call: _Call) -> str:
     name, opts = slashargs.parse(call.args, {"--reason": True})
     reason = str(opts.get("--reason") or "cancelled by the user")
-    cancelled = control.cancel(call.state, name.strip() or None, call.session, reason)
+    cancelled = cancelling.cancel(call.state, name.strip() or None, call.session, reason)
     return cancelled + "\nTell the user the loop was cancelled; do not continue its work."
 
 

@@ -17,8 +17,11 @@ import time
 import uuid
 from pathlib import Path
 
-from loopwright.actions import control
+from loopwright.actions import pick
+from loopwright.actions import resume as resuming
 from loopwright.actions import start as starting
+from loopwright.actions.cancel import end_now
+from loopwright.actions.pause import pause_clock
 from loopwright.core import budget as budgets
 from loopwright.core import recovery
 from loopwright.core.clock import now_iso
@@ -161,7 +164,7 @@ class Run:
         return answer["hookSpecificOutput"]["additionalContext"]
 
     def attach(self, name: str) -> str:
-        res = control.resume(self.state, name, self.session)
+        res = resuming.resume(self.state, name, self.session)
         self.paths = res.paths
         self.report("attached", loop=res.paths.name, session=self.session, notes=res.notes)
         return starting.resumed_note(res)
@@ -182,7 +185,7 @@ class Run:
             active = loop.get("status") == loops.ACTIVE and self.interrupts.count == 0
             if active and not waiting and recovery.hit_usage_limit(self.last_result):
                 if not self._wait_out_usage_limit():
-                    return self._finish(recovery.END, "", control.config(self.paths))
+                    return self._finish(recovery.END, "", pick.config(self.paths))
             else:
                 self.quota_waits = 0
                 action, reason = recovery.after_client(
@@ -201,7 +204,7 @@ class Run:
         the run gives up (too many waits in a row) or is interrupted, the loop then ended."""
         if self.quota_waits >= self.opts.quota_waits:
             reason = f"the usage limit held through {self.quota_waits} waits in a row"
-            control.end_now(self.state, self.paths.name, recovery.QUOTA_LIMIT, reason, self.session)
+            end_now(self.state, self.paths.name, recovery.QUOTA_LIMIT, reason, self.session)
             return False
         text = str((self.last_result or {}).get("result") or "")
         seconds = recovery.quota_wait(text, self.quota_waits, time.time(), self.opts.quota_base)
@@ -213,33 +216,33 @@ class Run:
         while time.monotonic() - began < seconds and not self.interrupts.count:
             time.sleep(min(0.5, seconds))
         waited = time.monotonic() - began
-        control.pause_clock(self.state, self.paths.name, waited, "usage limit", self.session)
+        pause_clock(self.state, self.paths.name, waited, "usage limit", self.session)
         if self.interrupts.count:
-            control.end_now(self.state, self.paths.name, "STOPPED:user_stop", "interrupted during a wait")
+            end_now(self.state, self.paths.name, "STOPPED:user_stop", "interrupted during a wait")
             return False
         return True
 
     def attach_again(self) -> str:
-        return starting.resumed_note(control.resume(self.state, self.paths.name, self.session))
+        return starting.resumed_note(resuming.resume(self.state, self.paths.name, self.session))
 
     def _finish(self, action: str, reason: str, loop: dict) -> int:
         if action == recovery.GIVE_UP:
-            control.end_now(self.state, self.paths.name, recovery.STALL_LIMIT, reason, self.session)
-            loop = control.config(self.paths)
+            end_now(self.state, self.paths.name, recovery.STALL_LIMIT, reason, self.session)
+            loop = pick.config(self.paths)
         if action == recovery.WAIT_FOR_USER:
             self.report("waiting", loop=self.paths.name, reason=reason)
             self._notify("gate_waiting", reason=reason)
             return recovery.exit_code(None, waiting=True)
         if loop.get("status") == loops.ACTIVE:  # stopped by the user before the loop could end itself
-            control.end_now(self.state, self.paths.name, "STOPPED:user_stop", "the run was interrupted")
-            loop = control.config(self.paths)
+            end_now(self.state, self.paths.name, "STOPPED:user_stop", "the run was interrupted")
+            loop = pick.config(self.paths)
         outcome = loop.get("outcome")
         self.report("ended", loop=self.paths.name, outcome=outcome, reason=loop.get("end_reason"))
         self._notify("loop_ended", outcome=outcome, reason=loop.get("end_reason"))
         return recovery.exit_code(outcome)
 
     def _loop_state(self) -> tuple[dict, dict]:
-        loop = control.config(self.paths)
+        loop = pick.config(self.paths)
         budget = loops.read_state(self.paths.configured(loop), "budget", move_corrupt=False) or {}
         return loop, budget
 

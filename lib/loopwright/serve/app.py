@@ -8,18 +8,25 @@ from __future__ import annotations
 import asyncio
 import hmac
 import secrets
+import urllib.parse
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
-from loopwright.actions import control
+from loopwright.actions import gates, pick
 from loopwright.actions.overview import spend_by_iteration, summaries
 from loopwright.core import jsoncodec
 from loopwright.core.errors import UserError
-from loopwright.serve import page
+from loopwright.serve import files, logins, page
 from loopwright.serve.registry import Busy
 from loopwright.state import loops
 
@@ -40,9 +47,10 @@ def error(status: int, message: str) -> JSONResponse:
 class Monitor:
     """What the API works on: the registered projects, the registry and the runs."""
 
-    def __init__(self, projects: list[Path], registry, runs, token: str):
+    def __init__(self, projects: list[Path], registry, runs, token: str, home: Path | None = None):
         self.projects = [Path(p).resolve() for p in projects]
         self.registry, self.runs, self.token = registry, runs, token
+        self.home = home  # the data directory: links made by `serve --login` (serve/logins.py)
         self.login_codes: set[str] = set()  # one-time links to the page
         self.sessions: dict[str, str] = {}  # the page's cookie -> its CSRF token
 
@@ -50,6 +58,26 @@ class Monitor:
         code = secrets.token_urlsafe(24)
         self.login_codes.add(code)
         return code
+
+    def login_valid(self, code: str, consume: bool) -> bool:
+        """Whether ``code`` is a live sign-in code (printed at start, or made by `serve --login`);
+        ``consume`` uses it up."""
+        if code in self.login_codes:
+            if consume:
+                self.login_codes.discard(code)
+            return True
+        return logins.check(self.home, code, consume)
+
+    def project_or_only(self, value: object) -> Path:
+        """The project named, or with none named the only one this monitor serves."""
+        if value is None and len(self.projects) == 1:
+            return self.projects[0]
+        if value is None:
+            served = ", ".join(map(str, self.projects))
+            raise ApiError(
+                400, f'this monitor serves {len(self.projects)} projects: name one with "project" ({served})'
+            )
+        return self.project(value)
 
     def project(self, value: object) -> Path:
         if not isinstance(value, str) or not value:
@@ -78,12 +106,17 @@ class Monitor:
         return {"projects": out, "runs": self.registry.all()}
 
 
-async def body(request: Request) -> dict:
+async def body_bytes(request: Request) -> bytes:
     raw = b""
     async for chunk in request.stream():
         raw += chunk
         if len(raw) > MAX_BODY:
             raise ApiError(413, f"the body is larger than {MAX_BODY} bytes")
+    return raw
+
+
+async def body(request: Request) -> dict:
+    raw = await body_bytes(request)
     try:
         data = jsoncodec.loads(raw or b"{}")
     except jsoncodec.DecodeError as exc:
@@ -116,7 +149,7 @@ async def list_loops(request: Request):
 async def start_loop(request: Request):
     m = request.app.state.monitor
     data = await body(request)
-    project = m.project(data.get("project"))
+    project = m.project_or_only(data.get("project"))
     what = data.get("command") or data.get("goal")
     if not isinstance(what, str) or not what.strip():
         raise ApiError(400, "give a goal, or a command such as /loopwright:task auto <module>")
@@ -141,7 +174,7 @@ async def stop_loop(request: Request):
     if not isinstance(data.get("loop"), str) or not loops.is_loop_name(data["loop"]):
         raise ApiError(400, "give the loop's name")
     paths = loops.LoopPaths(project / ".loopwright", data["loop"])
-    if control.config(paths).get("status") != loops.ACTIVE:
+    if pick.config(paths).get("status") != loops.ACTIVE:
         raise ApiError(409, f"loop {data['loop']} is not active")
     m.runs.stop(None, paths)
     return JSONResponse({"stopping": data["loop"]})
@@ -154,11 +187,56 @@ async def answer_gate(request: Request):
     for key in ("loop", "gate", "answer"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise ApiError(400, f"give {key}")
-    text = control.answer_gate(project / ".loopwright", data["loop"], None, data["gate"], data["answer"], {})
+    text = gates.answer_gate(project / ".loopwright", data["loop"], None, data["gate"], data["answer"], {})
     waiting = m.registry.waiting_run(str(project), data["loop"])
     if waiting is not None:  # its runner left to wait for this answer: drive the loop again
         m.runs.resume(waiting)
     return JSONResponse({"result": text})
+
+
+def _trusted(request: Request):
+    """The paths and loop.json of the loop a request names, only if this user's loopwright
+    signed it (a name, never a path: serve/files.py)."""
+    m = request.app.state.monitor
+    project = m.project_or_only(request.query_params.get("project"))
+    try:
+        return files.trusted_loop(project / ".loopwright", request.path_params["name"])
+    except files.Refused as exc:
+        raise ApiError(exc.status, str(exc)) from None
+
+
+def _doc(request: Request, which: str):
+    paths, _ = _trusted(request)
+    text = files.read_doc(paths.report if which == "report" else paths.handoff)
+    if text is None:
+        raise ApiError(404, f"loop {paths.name} has no {which}.md")
+    # The agent wrote it: plain text the browser must not sniff into HTML.
+    headers = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox", **NO_STORE}
+    return PlainTextResponse(text, headers=headers)
+
+
+async def loop_report(request: Request):
+    return _doc(request, "report")
+
+
+async def loop_handoff(request: Request):
+    return _doc(request, "handoff")
+
+
+def _count(value: str | None, what: str) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or len(value) > 15:
+        raise ApiError(400, f"{what} must be a whole number")
+    return int(value)
+
+
+async def loop_history(request: Request):
+    """A slice of the loop's iterations, read back from byte ``before`` (default: the end)."""
+    paths, cfg = _trusted(request)
+    before = _count(request.query_params.get("before"), "before")
+    limit = _count(request.query_params.get("limit"), "limit") or 50
+    return JSONResponse(files.history_slice(paths, cfg, before, limit))
 
 
 async def task_auto(request: Request):
@@ -214,11 +292,15 @@ def make_app(monitor: Monitor) -> Starlette:
         Route("/api/runs/{run_id}", stop_run, methods=["DELETE"]),
         Route("/api/gates", answer_gate, methods=["POST"]),
         Route("/api/loops/stop", stop_loop, methods=["POST"]),
+        Route("/api/loops/{name}/history", loop_history, methods=["GET"]),
+        Route("/api/loops/{name}/report", loop_report, methods=["GET"]),
+        Route("/api/loops/{name}/handoff", loop_handoff, methods=["GET"]),
         Route("/api/sessions/{session}/task-auto", task_auto, methods=["GET", "POST", "DELETE"]),
         Route("/api/task-auto/lookup", lookup, methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
         Route("/", index, methods=["GET"]),
-        Route("/login", login, methods=["GET"]),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/login/proof", login_proof, methods=["GET"]),
     ]
     handlers = {
         ApiError: lambda request, exc: error(exc.status, str(exc)),
@@ -259,18 +341,40 @@ def _allowed(request: Request, m: Monitor) -> str | None:
     return None
 
 
+# same-origin, not no-referrer: with no-referrer the Sign in POST would carry "Origin: null"
+NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "same-origin"}
+
+
 async def login(request: Request):
-    """The one-time link printed at start: it opens the page and is used up."""
+    """The sign-in link. Its GET only shows a Sign in button (a chat app's or browser's
+    preview fetches links, and must not use one up); the button's POST uses the code."""
     m = request.app.state.monitor
-    code = request.query_params.get("code", "")
-    if code not in m.login_codes:
-        return HTMLResponse(page.LOGIN_NEEDED, status_code=401)
-    m.login_codes.discard(code)
+    if request.method == "GET":
+        code = request.query_params.get("code", "")
+        if not m.login_valid(code, consume=False):
+            return HTMLResponse(page.LOGIN_USED, status_code=401, headers=NO_STORE)
+        return HTMLResponse(page.sign_in(code), headers=NO_STORE)
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"http://{request.headers.get('host', '')}":
+        return HTMLResponse(page.LOGIN_FOREIGN, status_code=403, headers=NO_STORE)  # another site's form
+    form = urllib.parse.parse_qs((await body_bytes(request)).decode("utf-8", errors="replace"))
+    if not m.login_valid((form.get("code") or [""])[0], consume=True):
+        return HTMLResponse(page.LOGIN_USED, status_code=401, headers=NO_STORE)
     cookie, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     m.sessions[cookie] = csrf
     res = RedirectResponse("/", status_code=303)
     res.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/")
     return res
+
+
+async def login_proof(request: Request):
+    """`serve --login` asks this before printing a link: only a monitor holding the token can
+    answer (serve/logins.py)."""
+    m = request.app.state.monitor
+    challenge = request.query_params.get("challenge", "")
+    if not 16 <= len(challenge) <= 64:
+        return PlainTextResponse("give a challenge of 16 to 64 characters", status_code=400)
+    return PlainTextResponse(logins.proof(m.token, challenge), headers=NO_STORE)
 
 
 async def index(request: Request):

@@ -20,6 +20,7 @@ FIELDS = (
     "task_dir",
     "status",
     "pid",
+    "pid_started",
     "max_iterations",
     "max_minutes",
     "iteration",
@@ -41,6 +42,7 @@ CREATE TABLE IF NOT EXISTS runs (
     task_dir TEXT,
     status TEXT NOT NULL,
     pid INTEGER,
+    pid_started REAL,
     max_iterations INTEGER,
     max_minutes REAL,
     iteration INTEGER NOT NULL DEFAULT 0,
@@ -54,6 +56,9 @@ CREATE TABLE IF NOT EXISTS runs (
     updated_at TEXT NOT NULL
 )
 """
+# Events the monitor's --notify has told (loop ended, gate waiting): each one once, also
+# across restarts; the row "#since" holds when notifying began (older events are not news).
+NOTIFIED = "CREATE TABLE IF NOT EXISTS notified (key TEXT PRIMARY KEY, at TEXT NOT NULL)"
 
 
 class Busy(Exception):
@@ -65,6 +70,11 @@ class Registry:
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute(SCHEMA)
+        self.db.execute(NOTIFIED)
+        have = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
+        if "pid_started" not in have:  # a registry made before runners' create times were kept
+            self.db.execute("ALTER TABLE runs ADD COLUMN pid_started REAL")
+        self.path = path
         self.lock = threading.Lock()  # one connection, shared by the server's threads
 
     def _rows(self, sql: str, args: tuple = ()) -> list[dict]:
@@ -129,6 +139,18 @@ class Registry:
 
     def all(self, limit: int = 200) -> list[dict]:
         return self._rows("ORDER BY created_at DESC LIMIT ?", (limit,))
+
+    def notify_since(self) -> str:
+        """When this registry's monitor first notified (set now on the first call)."""
+        with self.lock:
+            self.db.execute("INSERT OR IGNORE INTO notified (key, at) VALUES ('#since', ?)", (now_iso(),))
+            return self.db.execute("SELECT at FROM notified WHERE key = '#since'").fetchone()[0]
+
+    def first_notice(self, key: str) -> bool:
+        """Records the event ``key``; True only the first time (then it is to be told)."""
+        with self.lock:
+            cur = self.db.execute("INSERT OR IGNORE INTO notified (key, at) VALUES (?, ?)", (key, now_iso()))
+            return cur.rowcount == 1
 
     def close(self) -> None:
         self.db.close()

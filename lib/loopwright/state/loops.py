@@ -99,6 +99,7 @@ class LoopPaths:
         self.backprop_pending = d / "backprop-pending.json"
         self.backprop_log = d / "backprop-log.md"
         self.ledger = d / "token-ledger.json"
+        self.handoff = d / "handoff.md"  # written by the agent in the wrap-up turn (core/wrapup.py)
         # Rewritten by a long, quiet tool call of the loop's own (`loopwright review wait`): it
         # tells the headless runner that a client using no CPU is waiting, not stalled.
         self.busy = d / "busy.json"

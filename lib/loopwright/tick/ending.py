@@ -83,6 +83,7 @@ def render(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reaso
         lines.append(
             f"    - iteration {g.get('iteration')}: {asked} → {g['answer']} ({g.get('by')}, {g.get('at')})"
         )
+    lines += _wrap_up_lines(paths, budget)
     lines += [
         "",
         "Goal:",
@@ -96,6 +97,29 @@ def render(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reaso
         "",
     ]
     return "\n".join(lines)
+
+
+def _wrap_up_lines(paths: loops.LoopPaths, budget: dict) -> list[str]:
+    """The wrap-up turn (core/wrapup.py), what it cost, and the handoff it left."""
+    from loopwright.state import handoff
+
+    record = (budget.get("router") or {}).get("wrap_up")
+    lines = []
+    if isinstance(record, dict):
+        if record.get("dollars") is None:
+            lines.append(f"- Wrap-up turn: handed over after iteration {record.get('after_iteration')}")
+        else:
+            lines.append(
+                f"- Wrap-up turn: after iteration {record.get('after_iteration')}, "
+                f"${float(record.get('dollars') or 0):,.2f}, "
+                f"{fmt_tokens(int(record.get('tokens') or 0))} tokens"
+            )
+        lines += [f"    - {note}" for note in record.get("over") or []]
+    if handoff.present(paths):
+        lines.append(f"- Handoff: [{_shown(paths, paths.handoff)}]({paths.handoff})")
+    elif isinstance(record, dict):
+        lines.append("- Handoff: none was written in the wrap-up turn")
+    return lines
 
 
 def _why(loop: dict, outcome: str) -> str:
@@ -113,8 +137,14 @@ def summary_line(loop: dict, budget: dict, outcome: str, paths: loops.LoopPaths)
         f"loopwright · {loop['name']} ended: {outcome} ({_why(loop, outcome)}) after "
         f"{budget.get('iterations_used', 0)} iteration(s), "
         f"{fmt_minutes(budget.get('minutes_elapsed', 0.0))} min, {fmt_tokens(tokens_total(budget))} tokens, "
-        f"{fmt_dollars(budget)} · report: {paths.report}"
+        f"{fmt_dollars(budget)} · report: {paths.report}" + _handoff_note(paths)
     )
+
+
+def _handoff_note(paths: loops.LoopPaths) -> str:
+    from loopwright.state import handoff
+
+    return f" · handoff: {paths.handoff}" if handoff.present(paths) else ""
 
 
 def end_loop(
@@ -141,4 +171,7 @@ def end_loop(
     with contextlib.suppress(FileNotFoundError):
         paths.lock.unlink()
     loops.clear_active(paths)
+    from loopwright.tick import notices  # after loop.json says ended: a tick redone never tells twice
+
+    notices.loop_ended(paths, loop, outcome, redact(reason, redactions or []), now)
     return summary_line(loop, budget, outcome, paths)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from loopwright.actions import control
+from loopwright.actions import pick, reports
 from loopwright.cli.base import Ctx, echo, env_session, fail
 from loopwright.modes.review import pr as prs
 from loopwright.modes.review import watch
@@ -15,8 +15,8 @@ EXIT_NOT_MERGED = 3
 
 
 def _loop(obj: Ctx, name: str | None) -> tuple[loops.LoopPaths, dict, dict]:
-    paths = control.pick_loop(obj.state, name, env_session())
-    loop = control.config(paths)
+    paths = pick.pick_loop(obj.state, name, env_session())
+    loop = pick.config(paths)
     if not isinstance(loop.get("review"), dict):
         raise loops.LoopError(f"loop {paths.name} is not a review loop")
     budget = loops.read_state(paths.configured(loop), "budget", move_corrupt=False) or {}
@@ -75,7 +75,7 @@ def merge_cmd(obj: Ctx, name: str | None) -> None:
             "user decides first (the post-feedback-merge gate). End your turn now; loopwright asks.",
             code=EXIT_NOT_MERGED,
         )
-    control.record_report(
+    reports.record_report(
         obj.state, paths.name, env_session(), {"outcome": "success", "merges": 1, "item": f"#{view.number}"}
     )
     message = watch.merge(cfg, view.head)

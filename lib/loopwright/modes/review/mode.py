@@ -110,6 +110,12 @@ class ReviewMode(Mode):
             f"merges {budget.get('merges_attempted', 0)}",
         ]
 
+    def wrap_up_hint(self, loop: dict, state: dict | None) -> str:
+        return (
+            "Push no new review comments and merge nothing. Name in the handoff the review threads that are "
+            "still open and what each one waits for."
+        )
+
     def outcome_text(self, loop: dict, outcome: str) -> str | None:
         if outcome == PR_TERMINAL:
             return f"PR #{(loop.get('review') or {}).get('pr')} reached a terminal state"

@@ -28,6 +28,9 @@ OPTIONS = {
     "--max-dollars": True,
     "--gates": True,
     "--accept-project-rates": False,
+    "--wrap-up": False,
+    "--no-wrap-up": False,
+    "--wrap-up-floor": True,
     "--lock": True,
     "--name": True,
 }

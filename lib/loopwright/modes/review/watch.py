@@ -52,7 +52,7 @@ def read(cfg: dict) -> prs.PrView:
         base = c.repo.path(f"pulls/{number}")
         view = _pull(number, c.api(base))
         runs, reviews, remarks, comments, commits = gh.together(
-            lambda: c.api(c.repo.path(f"commits/{view.head}/check-runs")) if view.head else {},
+            lambda: c.api(c.repo.path(f"commits/{view.head}/check-runs"), paginate=True) if view.head else [],
             lambda: c.api(base + "/reviews", paginate=True),
             lambda: c.api(base + "/comments", paginate=True),
             lambda: c.api(c.repo.path(f"issues/{number}/comments"), paginate=True),
@@ -60,8 +60,7 @@ def read(cfg: dict) -> prs.PrView:
         )
         view.checks = [
             {"name": str(r.get("name")), "status": r.get("status"), "conclusion": r.get("conclusion")}
-            for r in (runs or {}).get("check_runs") or []
-            if isinstance(r, dict)
+            for r in _check_runs(runs)
         ]
         said = (
             [(x, "review") for x in reviews or []]
@@ -76,6 +75,14 @@ def read(cfg: dict) -> prs.PrView:
     except gh.GhError as exc:
         return prs.PrView(number, problem=str(exc))
     return view
+
+
+def _check_runs(pages) -> list[dict]:
+    """Every page's runs: GitHub pages them (30 a page unless asked), each page a ``check_runs`` wrapper,
+    so a failing run past the first page still counts."""
+    pages = pages if isinstance(pages, list) else [pages]
+    runs = [p.get("check_runs") for p in pages if isinstance(p, dict)]
+    return [r for page in runs if isinstance(page, list) for r in page if isinstance(r, dict)]
 
 
 def _pull(number: int, pull) -> prs.PrView:

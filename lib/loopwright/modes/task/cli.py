@@ -28,11 +28,9 @@ def lifecycle() -> None:
 @click.pass_obj
 def lc_init(obj: Ctx, module, title, tags, worktree, as_json) -> None:
     """Create TASK/MODULE (status draft), its branch task/MODULE, and commit."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.init import init
 
-    res = taskops.init(
-        obj.project_dir, module, title, [t.strip() for t in tags.split(",") if t.strip()], worktree
-    )
+    res = init(obj.project_dir, module, title, [t.strip() for t in tags.split(",") if t.strip()], worktree)
     where = f" in worktree {res['worktree']}" if res["worktree"] else ""
     emit(
         as_json,
@@ -50,11 +48,9 @@ def lc_init(obj: Ctx, module, title, tags, worktree, as_json) -> None:
 @click.pass_obj
 def lc_plan(obj: Ctx, module, annotations, as_json) -> None:
     """Record a plan run: draft/blocked -> planning, review/executing -> re-planning."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.transition import apply
 
-    res = taskops.apply(
-        obj.project_dir, module, "plan", result="(annotations)" if annotations else "(generated)"
-    )
+    res = apply(obj.project_dir, module, "plan", result="(annotations)" if annotations else "(generated)")
     emit(
         as_json,
         res,
@@ -76,9 +72,9 @@ def lc_plan(obj: Ctx, module, annotations, as_json) -> None:
 @click.pass_obj
 def lc_check(obj: Ctx, module, checkpoint, result, as_json) -> None:
     """Record a check verdict and its status change."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.transition import apply
 
-    res = taskops.apply(obj.project_dir, module, "check", checkpoint=checkpoint, result=result)
+    res = apply(obj.project_dir, module, "check", checkpoint=checkpoint, result=result)
     emit(
         as_json,
         res,
@@ -98,12 +94,12 @@ def lc_check(obj: Ctx, module, checkpoint, result, as_json) -> None:
 @click.pass_obj
 def lc_exec(obj: Ctx, module, result, completed_steps, total_steps, as_json) -> None:
     """Start, continue or finish execution (dependencies must be complete)."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.transition import apply
 
     desc = None
     if completed_steps is not None and total_steps:
         desc = f"exec step {completed_steps}/{total_steps} {'done' if result else 'started'}"
-    res = taskops.apply(
+    res = apply(
         obj.project_dir, module, "exec", result=result, completed_steps=completed_steps, description=desc
     )
     emit(as_json, res, f"TASK/{module}: exec {result or 'started'}; status {res['from']} -> {res['to']}")
@@ -116,9 +112,9 @@ def lc_exec(obj: Ctx, module, result, completed_steps, total_steps, as_json) -> 
 @click.pass_obj
 def lc_commit(obj: Ctx, module, kind, message) -> None:
     """Commit all project changes with the ai-cli-task convention (exec phase)."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.commit import commit_work
 
-    sha = taskops.commit_work(obj.project_dir, module, kind, message)
+    sha = commit_work(obj.project_dir, module, kind, message)
     echo(
         f"committed {sha[:10]}: -- ai-cli-task({module}):{kind} {message.strip()}"
         if sha
@@ -137,9 +133,9 @@ def lc_commit(obj: Ctx, module, kind, message) -> None:
 @click.pass_obj
 def lc_merge(obj: Ctx, module, verify, cont, abort, as_json) -> None:
     """Merge task/MODULE into its base branch; on success the task is complete and cleaned up."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.merge import merge
 
-    res = taskops.merge(obj.project_dir, module, verify=verify, cont=cont, abort=abort)
+    res = merge(obj.project_dir, module, verify=verify, cont=cont, abort=abort)
     if res["result"] == "success":
         removed = ", ".join(res["cleaned"]) or "nothing"
         text = f"TASK/{module}: merged into {res['base_branch']}; status complete; removed {removed}"
@@ -163,9 +159,9 @@ def lc_merge(obj: Ctx, module, verify, cont, abort, as_json) -> None:
 @click.pass_obj
 def lc_report(obj: Ctx, module, fmt, as_json) -> None:
     """Write TASK/MODULE/.report.md from the task's files and commit history."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.report import report
 
-    res = taskops.report(obj.project_dir, module, fmt)
+    res = report(obj.project_dir, module, fmt)
     emit(as_json, res, f"TASK/{module}: report written to {res['report']} ({res['commits']} task commits)")
 
 
@@ -177,9 +173,9 @@ def lc_report(obj: Ctx, module, fmt, as_json) -> None:
 @click.pass_obj
 def lc_cancel(obj: Ctx, module, reason, cleanup, as_json) -> None:
     """Cancel a task in any status (snapshotting uncommitted changes first)."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.cancel import cancel
 
-    res = taskops.cancel(obj.project_dir, module, reason, cleanup)
+    res = cancel(obj.project_dir, module, reason, cleanup)
     emit(
         as_json,
         res,
@@ -197,9 +193,9 @@ def lc_cancel(obj: Ctx, module, reason, cleanup, as_json) -> None:
 @click.pass_obj
 def lc_annotate(obj: Ctx, module, plan_file, as_json) -> None:
     """Apply TASK/MODULE/.tmp-annotations.json to PLAN_FILE, then delete it."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.annotate import annotate
 
-    res = taskops.annotate(obj.project_dir, module, plan_file)
+    res = annotate(obj.project_dir, module, plan_file)
     emit(
         as_json,
         res,
@@ -216,9 +212,9 @@ def lc_annotate(obj: Ctx, module, plan_file, as_json) -> None:
 @click.pass_obj
 def lc_status(obj: Ctx, module, as_json) -> None:
     """Status, phase, dependencies, and the commands the matrix allows now."""
-    from loopwright.modes.task import taskops
+    from loopwright.modes.task.ops.status import status
 
-    st = taskops.status(obj.project_dir, module)
+    st = status(obj.project_dir, module)
     if as_json:
         echo_json(st)
         return
@@ -253,9 +249,10 @@ def lc_status(obj: Ctx, module, as_json) -> None:
 @click.pass_obj
 def lc_stop(obj: Ctx, module, reason) -> None:
     """Ask a running auto loop to stop between steps (writes .auto-stop)."""
-    from loopwright.modes.task import signals, taskops
+    from loopwright.modes.task import signals
+    from loopwright.modes.task.ops.taskmodule import locate
 
-    mod = taskops.locate(obj.project_dir, module)
+    mod = locate(obj.project_dir, module)
     mod.main_dir.mkdir(parents=True, exist_ok=True)
     signals.write_stop(mod.main_dir, reason)
     echo(f"TASK/{module}: stop requested ({reason}); the loop ends after the current step")
@@ -279,9 +276,10 @@ def lc_stop(obj: Ctx, module, reason) -> None:
 @click.pass_obj
 def signal(obj: Ctx, module, step, result, nxt, checkpoint, iteration, timestamp) -> None:
     """Write TASK/MODULE/.auto-signal after a step (validated; main worktree even in worktree mode)."""
-    from loopwright.modes.task import signals, taskops
+    from loopwright.modes.task import signals
+    from loopwright.modes.task.ops.taskmodule import locate
 
-    mod = taskops.locate(obj.project_dir, module)
+    mod = locate(obj.project_dir, module)
     mod.main_dir.mkdir(parents=True, exist_ok=True)
     sig = signals.write_signal(mod.main_dir, step, result, nxt, checkpoint, iteration, timestamp)
     echo("signal written: " + termsafe.clean_json(jsoncodec.dumps(sig).decode()))

@@ -93,16 +93,22 @@ class TaskMode(Mode):
     def status_parts(self, loop: dict, budget: dict) -> list:
         return [f"TASK/{loop.get('task_module')}"]
 
+    def wrap_up_hint(self, loop: dict, state: dict | None) -> str:
+        return (
+            "Commit what is finished on the task module's branch, name anything left uncommitted in the "
+            "handoff, and say which phase of the module (plan, check, exec, merge, report) comes next."
+        )
+
     def outcome_text(self, loop: dict, outcome: str) -> str | None:
         return f"TASK/{loop.get('task_module')} is complete" if outcome == "LOOP_DONE" else None
 
     def end(self, loop: dict, outcome: str) -> None:
         """The transient .auto-signal and .auto-stop go with the loop."""
-        from loopwright.modes.task import taskops
+        from loopwright.modes.task.ops.taskmodule import TaskError, locate
 
         try:
-            mod = taskops.locate(Path(loop["project_dir"]), loop.get("task_module") or "", must_exist=False)
-        except taskops.TaskError:
+            mod = locate(Path(loop["project_dir"]), loop.get("task_module") or "", must_exist=False)
+        except TaskError:
             return
         for name in (".auto-signal", ".auto-stop"):
             try:
@@ -113,13 +119,14 @@ class TaskMode(Mode):
 
 def read_view(loop: dict) -> automode.TaskView:
     """The module's status and phase, its signal and its stop request, as found on disk."""
-    from loopwright.modes.task import taskdir, taskops
+    from loopwright.modes.task import taskdir
+    from loopwright.modes.task.ops.taskmodule import TaskError, locate
 
     module = loop.get("task_module") or ""
     try:
-        mod = taskops.locate(Path(loop["project_dir"]), module)
+        mod = locate(Path(loop["project_dir"]), module)
         index = taskdir.read_index(mod.state_dir)
-    except (taskops.TaskError, taskdir.TaskDirError) as exc:
+    except (TaskError, taskdir.TaskDirError) as exc:
         return automode.TaskView(status="", problem=f"TASK/{module} cannot be read: {exc}")
     view = automode.TaskView(status=index.meta["status"], phase=index.meta.get("phase") or "")
     view.signal, view.signal_problem = _read_signal(mod.main_dir / ".auto-signal")

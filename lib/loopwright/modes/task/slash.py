@@ -8,7 +8,9 @@ from pathlib import Path
 
 from loopwright.actions import start as starting
 from loopwright.core import slashargs
-from loopwright.modes.task import automode, signals, taskdir, taskops
+from loopwright.modes.task import automode, signals, taskdir
+from loopwright.modes.task.ops.status import status as module_status
+from loopwright.modes.task.ops.taskmodule import locate
 from loopwright.state import loops
 
 MODE_NAME = "task"
@@ -23,6 +25,9 @@ AUTO_OPTIONS = {
     "--max-tokens": True,
     "--gates": True,
     "--accept-project-rates": False,
+    "--wrap-up": False,
+    "--no-wrap-up": False,
+    "--wrap-up-floor": True,
 }
 
 
@@ -47,10 +52,10 @@ def _step(project: Path, sub: str, rest: str) -> str | None:
         first = first if taskdir.valid_name(first) else ""
     if not first:
         raise loops.LoopError(f"usage: /loopwright:task {sub} <module> …")
-    mod = taskops.locate(project, first, must_exist=(sub != "init"))
+    mod = locate(project, first, must_exist=(sub != "init"))
     if sub == "init":
         return None
-    st = taskops.status(project, first)
+    st = module_status(project, first)
     return (
         f"loopwright: TASK/{first} is {st['status']}"
         + (f" (phase {st['phase']})" if st["phase"] else "")
@@ -67,7 +72,7 @@ def _auto(state: Path, session: str | None, rest: str, tpath: str | None) -> str
             "usage: /loopwright:task auto <module> [--start|--stop|--status]"
             " [--max-iterations N] [--max-minutes N]"
         )
-    mod = taskops.locate(state.parent, module)
+    mod = locate(state.parent, module)
     if opts.get("--stop"):
         mod.main_dir.mkdir(parents=True, exist_ok=True)
         signals.write_stop(mod.main_dir, "user_stop")
@@ -88,7 +93,7 @@ def _auto(state: Path, session: str | None, rest: str, tpath: str | None) -> str
 
 
 def _auto_status(project: Path, module: str, running: dict | None) -> str:
-    st = taskops.status(project, module)
+    st = module_status(project, module)
     where = (
         f"running as loop {running['name']} (owner {running.get('owner_session')})"
         if running

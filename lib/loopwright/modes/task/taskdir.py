@@ -302,7 +302,7 @@ def update_root_index(project: Path) -> None:
     A directory without ``.index.md`` is not a module and gets no row: in the main
     checkout it holds only the transient signal files of a module that works in its
     own worktree. The listing is derived from the modules, never edited by hand, so
-    a merge that conflicts on it is resolved by writing it again (taskops.merge).
+    a merge that conflicts on it is resolved by writing it again (ops/merge.py).
     """
     root = task_root(project)
     rows = []

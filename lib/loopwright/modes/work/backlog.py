@@ -3,7 +3,9 @@ are skipped and why, dependency cycles, drift since the last pick, and acceptanc
 criteria too vague to check (sdd SPEC-0020's work-mode contract).
 
 An item is a dict: ``id`` ("#12" or "task-3"), ``title``, ``body``, ``depends_on``
-(ids), ``in_progress`` (why someone else has it, or None) and ``url``.
+(ids), ``in_progress`` (why someone else has it, or None) and ``url``; a GitHub issue
+also ``blocks`` (ids), ``open_deps`` (ids GitHub says are open: blockers and
+sub-issues) and ``unread_deps`` (how many more GitHub counts that were not listed).
 """
 
 from __future__ import annotations
@@ -93,16 +95,26 @@ def split(items: list[dict], skipped: list[str]) -> tuple[list[dict], list[tuple
     graph = edges(items)
     workable, passed = [], []
     for item in sorted(items, key=lambda i: order_key(i["id"])):
-        waits = sorted(graph[item["id"]], key=order_key)
+        # GitHub's open blockers and sub-issues hold an item even when the backlog's filter leaves them out.
+        waits = sorted(graph[item["id"]] | set(item.get("open_deps") or []), key=order_key)
+        unread = int(item.get("unread_deps") or 0)
         if item["id"] in skipped:
             passed.append((item["id"], "skipped at a gate in this loop"))
         elif item.get("in_progress"):
             passed.append((item["id"], f"in progress ({item['in_progress']})"))
-        elif waits:
-            passed.append((item["id"], f"waits for {', '.join(waits)}"))
+        elif waits or unread:
+            passed.append((item["id"], f"waits for {_waiting(waits, unread)}"))
         else:
             workable.append(item)
     return workable, passed
+
+
+def _waiting(waits: list[str], unread: int) -> str:
+    """``#5, #7``; the open issues GitHub counts but the loop did not list this time, by number."""
+    if not unread:
+        return ", ".join(waits)
+    more = f"{unread} open issue{'s' if unread != 1 else ''} linked on GitHub (blocked-by or sub-issues)"
+    return ", ".join(waits + [more]) if waits else more
 
 
 def drift(snapshot: list[str] | None, current: list[str], handled: list[str]) -> tuple[list[str], list[str]]:

@@ -87,6 +87,13 @@ class WorkMode(Mode):
         where = prompts.source_name(loop)
         return [f"{st['current']} of {where}" if st.get("current") else where]
 
+    def wrap_up_hint(self, loop: dict, state: dict | None) -> str:
+        return (
+            "Open no new pull request and claim no new item. Commit what is finished in the current "
+            "item's worktree, push its branch if it already has a pull request, and keep the worktree: "
+            "name it, its branch and the item in the handoff."
+        )
+
     def outcome_text(self, loop: dict, outcome: str) -> str | None:
         if outcome == BACKLOG_EMPTY:
             return f"the backlog ({prompts.source_name(loop)}) has no workable item left"

@@ -31,6 +31,9 @@ OPTIONS = {
     "--max-prs": True,
     "--gates": True,
     "--accept-project-rates": False,
+    "--wrap-up": False,
+    "--no-wrap-up": False,
+    "--wrap-up-floor": True,
     "--lock": True,
     "--name": True,
 }

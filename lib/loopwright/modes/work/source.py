@@ -4,6 +4,7 @@ The edge of work mode: everything here does I/O, the decisions are in backlog.py
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -14,6 +15,10 @@ TASKS, GITHUB = "tasks", "github"
 SOURCES = (TASKS, GITHUB)
 WORKTREES = ".loopwright/worktrees"  # inside the state directory, which git ignores
 IN_PROGRESS_LABEL = "in-progress"
+# GitHub dependency lists read per Stop beyond the two listings, so a Stop makes at most 2 + 8 gh calls
+# however many issues have blockers or sub-issues; the others wait on the listing's counts alone.
+DETAIL_CALLS = 8
+RELATED_PAGE = 100  # GitHub allows 100 sub-issues per parent and 50 blockers per issue: one page each
 
 
 class View:
@@ -94,11 +99,10 @@ def _github(loop: dict, cfg: dict) -> View:
     claimed = _claimed_by_prs(pulls)
     me = cfg.get("login") or ""
     label = cfg.get("in_progress_label") or IN_PROGRESS_LABEL
-    items = [
-        _issue(i, claimed, me, label)
-        for i in issues
-        if isinstance(i, dict) and "pull_request" not in i and isinstance(i.get("number"), int)
-    ]
+    raw = [i for i in issues if isinstance(i, dict) and "pull_request" not in i]
+    raw = [i for i in raw if isinstance(i.get("number"), int) and not isinstance(i["number"], bool)]
+    items = [_issue(i, claimed, me, label) for i in raw]
+    _native_links(client, raw, items)
     prefix = branch_prefix(loop)
     mine = [_pr_record(p) for p in pulls if isinstance(p, dict) and _head(p).startswith(prefix)]
     return View(items=items, prs=mine)
@@ -153,9 +157,81 @@ def _issue(issue: dict, claimed: dict[str, int], me: str, label: str) -> dict:
         "body": body,
         "depends_on": after,
         "blocks": blocks,
+        "open_deps": [],  # GitHub says these are open: they hold the issue even outside the backlog's filter
         "in_progress": busy,
         "url": issue.get("html_url"),
     }
+
+
+def _native_links(client: gh.Gh, raw: list[dict], items: list[dict]) -> None:
+    """GitHub's own links, beside the body's lines: an issue waits for its open blockers (issue
+    dependencies) and its open sub-issues. The listing's summaries say which issues have any, so
+    only those lists are read: at most DETAIL_CALLS, idle issues and low numbers first. An issue
+    whose lists were not read (or failed) waits on the counts alone, unnamed."""
+    wanted = []
+    pairs = sorted(zip(raw, items), key=lambda p: (bool(p[1]["in_progress"]), p[0]["number"]))
+    for issue, item in pairs:
+        blockers, children = _open_counts(issue)
+        if blockers:
+            wanted.append((item, f"issues/{issue['number']}/dependencies/blocked_by", blockers))
+        if children:
+            wanted.append((item, f"issues/{issue['number']}/sub_issues", children))
+    reads = wanted[:DETAIL_CALLS]
+    answers = gh.together(*[lambda path=path: _related(client, path) for _, path, _ in reads])
+    answers += [None] * (len(wanted) - len(reads))
+    for (item, _, count), answer in zip(wanted, answers):
+        # The count is GitHub's word that the issue is held; the list only names who holds it, so
+        # an open one the list leaves out (another repository the login cannot see) still holds it.
+        unread = count - _name_open(item, answer or [], client.repo.slug)
+        if unread > 0:
+            item["unread_deps"] = item.get("unread_deps", 0) + unread
+
+
+def _name_open(item: dict, answer: list[dict], slug: str) -> int:
+    """Adds the open issues of one list to the item's dependencies; how many it named."""
+    named = 0
+    for other in answer:
+        ref = _ref(other, slug)
+        if other.get("state") != "open" or ref is None or ref == item["id"]:
+            continue
+        named += 1
+        for key in ("open_deps", "depends_on"):
+            if ref not in item[key]:
+                item[key].append(ref)
+    return named
+
+
+def _related(client: gh.Gh, path: str) -> list[dict] | None:
+    """One dependency or sub-issue list, or None when it cannot be read (the counts still hold)."""
+    try:
+        answer = client.api(client.repo.path(f"{path}?per_page={RELATED_PAGE}"))
+    except gh.GhError:
+        return None
+    return [x for x in answer if isinstance(x, dict)] if isinstance(answer, list) else None
+
+
+def _open_counts(issue: dict) -> tuple[int, int]:
+    """Open blockers and open sub-issues, from the summaries GitHub puts on each listed issue (absent on a
+    server without these features: then only the body's lines link issues)."""
+    deps = issue.get("issue_dependencies_summary")
+    subs = issue.get("sub_issues_summary")
+    deps, subs = (deps if isinstance(deps, dict) else {}), (subs if isinstance(subs, dict) else {})
+    return _count(deps.get("blocked_by")), max(0, _count(subs.get("total")) - _count(subs.get("completed")))
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**6 else 0
+
+
+def _ref(issue: dict, slug: str) -> str | None:
+    """``#N`` for an issue of this repository, ``OWNER/NAME#N`` for another's."""
+    number = issue.get("number")
+    if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 10**9:
+        return None
+    m = re.search(r"/repos/([^/]+/[^/]+)$", str(issue.get("repository_url") or ""))
+    if not m or m.group(1).lower() == slug.lower():
+        return f"#{number}"
+    return f"{m.group(1)}#{number}" if gh.SLUG_RE.match(m.group(1)) else None
 
 
 def worktrees(loop: dict) -> list[dict]:
