@@ -109,6 +109,10 @@ def run_headless(
         "--claude-arg=--dangerously-skip-permissions",
         "--poll-seconds",
         "0.5",
+        # No stall unless a test asks for one (its own --stall-polls comes later and wins): a
+        # client starved of CPU on a busy machine must not look stalled after 1.5 s.
+        "--stall-polls",
+        "1000",
         "--json",
         *args,
     ]

@@ -47,6 +47,16 @@ A ``POST /v1/messages`` whose body has no (or an empty) ``tools`` list is a
 ...).  Helper calls never consume the script; they are answered by
 ``helper`` (default: a short text) and recorded with ``is_helper=True``.
 
+Judge requests
+--------------
+loopwright's completion judge (``--judge``) runs ``claude -p`` with no tools, so its
+request is a helper call too. With ``judge=[...]`` (a second script) a helper request
+whose system prompt contains ``judge_marker`` (default :data:`JUDGE_MARKER`, the text
+``lib/loopwright/core/judge.py`` puts there) is answered from that script instead,
+recorded with ``is_judge=True`` (``server.judge_requests``); ``judge_default`` answers
+once it runs out (else the exhausted text, recorded as exhausted). A judge reply
+without a model carries the model the request asked for.
+
 When the script is exhausted the server answers ``default`` if one was
 given; otherwise it answers the text :data:`EXHAUSTED_TEXT` and records the
 request in ``server.exhausted_requests`` so tests can assert it never
@@ -102,6 +112,7 @@ DEFAULT_USAGE = {
     "cache_read_input_tokens": 3,
 }
 EXHAUSTED_TEXT = "[fakeapi: script exhausted]"
+JUDGE_MARKER = "loopwright completion judge"
 HELPER_TEXT = "fakeapi helper reply"
 
 _CHUNK = 24  # characters per streamed delta
@@ -278,6 +289,7 @@ class Request:
     headers: dict[str, str]
     body: Any  # parsed JSON, or None
     is_helper: bool = False
+    is_judge: bool = False
     exhausted: bool = False
     reply: Reply | None = None
 
@@ -291,6 +303,12 @@ class Request:
 
     def last_user_text(self) -> str:
         return last_user_text(self.body or {})
+
+    def system_text(self) -> str:
+        system = (self.body or {}).get("system")
+        if isinstance(system, list):
+            return "\n".join(_block_text(b) for b in system)
+        return system if isinstance(system, str) else ""
 
     @property
     def tool_names(self) -> list[str]:
@@ -330,9 +348,16 @@ class ScriptedServer:
         helper: ReplyLike | None = None,
         model: str = DEFAULT_MODEL,
         log_unknown: bool = True,
+        judge: Iterable[ReplyLike] | None = None,
+        judge_default: ReplyLike | None = None,
+        judge_marker: str = JUDGE_MARKER,
     ) -> None:
         self._script: list[ReplyLike] = list(replies)
         self._next = 0
+        self._judge: list[ReplyLike] | None = None if judge is None else list(judge)
+        self._judge_next = 0
+        self.judge_default = judge_default
+        self.judge_marker = judge_marker
         self.default = default
         self.helper = helper
         self.model = model
@@ -360,6 +385,15 @@ class ScriptedServer:
             return len(self._script) - self._next
 
     @property
+    def judge_remaining(self) -> int:
+        with self._lock:
+            return len(self._judge or []) - self._judge_next
+
+    @property
+    def judge_requests(self) -> list[Request]:
+        return [r for r in list(self.requests) if r.is_judge]
+
+    @property
     def conversation_requests(self) -> list[Request]:
         return [r for r in list(self.requests) if r.is_conversation]
 
@@ -379,7 +413,10 @@ class ScriptedServer:
     def _choose(self, request: Request) -> Reply:
         """Pick (and consume) the reply for a /v1/messages request."""
         with self._lock:
-            if request.is_helper:
+            if request.is_helper and self._judge is not None and self.judge_marker in request.system_text():
+                request.is_judge = True
+                item = self._next_judge(request)
+            elif request.is_helper:
                 item: ReplyLike = self.helper if self.helper is not None else text(HELPER_TEXT)
             elif self._next < len(self._script):
                 item = self._script[self._next]
@@ -390,7 +427,20 @@ class ScriptedServer:
                 request.exhausted = True
                 item = text(EXHAUSTED_TEXT)
         # callables run outside the lock so they may call server methods
-        return _as_reply(item, request)
+        reply = _as_reply(item, request)
+        if request.is_judge and reply.model is None:
+            reply.model = (request.body or {}).get("model")
+        return reply
+
+    def _next_judge(self, request: Request) -> ReplyLike:
+        """The judge script's next reply (call with the lock held)."""
+        if self._judge_next < len(self._judge):
+            self._judge_next += 1
+            return self._judge[self._judge_next - 1]
+        if self.judge_default is not None:
+            return self.judge_default
+        request.exhausted = True
+        return text(EXHAUSTED_TEXT)
 
     # -- lifecycle ----------------------------------------------------------
 

@@ -180,7 +180,7 @@ def test_dependency_cycle_stops_the_loop():
 
 def test_verify_runner_times_out_and_caps_output(tmp_path):
     res = verify.run(
-        f"{sys.executable} -c \"print('x'*10000); import time; time.sleep(30)\"", tmp_path, timeout=1.0
+        f"{sys.executable} -c \"print('x'*10000); import time; time.sleep(3600)\"", tmp_path, timeout=1.0
     )
     assert res["timed_out"] and res["exit_code"] is None and not verify.passed(res)
     assert len(res["output_tail"]) <= verify.TAIL_CHARS

@@ -25,7 +25,7 @@ FOREIGN = {"claude", "git", "gh", "pip", "python", "python3", "make", "npm", "no
 OPTION_RE = re.compile(r"(?<![\w=/-])--[a-z][a-z0-9-]*")
 SLASH_RE = re.compile(r"/loopwright:([a-z][a-z-]*)")
 LINK_RE = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-SPAN_RE = re.compile(r"`([^`\n]+)`")
+SPAN_RE = re.compile(r"`([^`]+)`")
 # The built-in slash commands parse their own options (events/slash.py).
 BUILT_IN_OPTIONS = {
     "loop": set(starting.START_OPTIONS),
@@ -66,19 +66,32 @@ EVERY_OPTION = every_option()
 
 
 def fragments(text: str):
-    """(line number, code, is_code) for each line of a fenced block, each inline code
-    span, and the prose around them (code spans blanked out, so links stay findable)."""
-    fenced = False
+    """(line number, text, is_code) for each line of a fenced block, each inline code span
+    (which may run over a line break) and each paragraph of prose, its code spans blanked
+    out (line breaks kept, so links and line numbers stay findable)."""
+    block: list[str] = []
+    start, fenced = 1, False
     for number, line in enumerate(text.splitlines(), 1):
+        if fenced or line.lstrip().startswith("```") or not line.strip():
+            yield from paragraph(block, start)
+            block = []
         if line.lstrip().startswith("```"):
             fenced = not fenced
-            continue
-        if fenced:
+        elif fenced:
             yield number, line.split(" # ")[0].replace("\\|", "|"), True
-            continue
-        for span in SPAN_RE.findall(line):
-            yield number, span.replace("\\|", "|"), True
-        yield number, SPAN_RE.sub("``", line), False
+        elif line.strip():
+            start = number if not block else start
+            block.append(line)
+    yield from paragraph(block, start)
+
+
+def paragraph(lines: list[str], start: int):
+    joined = "\n".join(lines)
+    for span in SPAN_RE.finditer(joined):
+        code = " ".join(span.group(1).split()).replace("\\|", "|")
+        yield start + joined.count("\n", 0, span.start()), code, True
+    if lines:
+        yield start, SPAN_RE.sub(lambda m: "``" + "\n" * m.group(0).count("\n"), joined), False
 
 
 def walk(words: list[str]) -> tuple[list[click.Command], int, str | None]:
@@ -123,7 +136,7 @@ def check_code(code: str) -> tuple[list[str], set[str] | None, str]:
     another program's, unchecked) and the text those options are read from."""
     words = code.split()
     head = words[0] if words else ""
-    if head.rsplit("/", 1)[-1] == "loopwright" and not head.startswith("/loopwright:"):
+    if head.rsplit("/", 1)[-1] == "loopwright":  # also bin/loopwright
         commands, used, problem = walk(words[1:])
         allowed = {o for c in commands for o in options_of(c)}
         rest = words[1 + used :]
@@ -193,15 +206,18 @@ def link_problems(path: Path, root: Path = REPO) -> list[str]:
     ``root``, or an anchor no heading of the target makes."""
     problems = []
     for number, prose, is_code in fragments(path.read_text()):
-        for target in [] if is_code else LINK_RE.findall(prose):
+        for link in [] if is_code else LINK_RE.finditer(prose):
+            target, line = link.group(1), number + prose.count("\n", 0, link.start())
             if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:: not a file here
                 continue
             name, _, anchor = target.partition("#")
             dest = (path.parent / name).resolve() if name else path
-            if not dest.is_relative_to(root.resolve()) or not dest.exists():
-                problems.append(f"line {number}: {target} does not exist")
+            if not dest.is_relative_to(root.resolve()):
+                problems.append(f"line {line}: {target} leads outside the repository")
+            elif not dest.exists():
+                problems.append(f"line {line}: {target} does not exist")
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
-                problems.append(f"line {number}: {target}: {dest.name} has no heading #{anchor}")
+                problems.append(f"line {line}: {target}: {dest.name} has no heading #{anchor}")
     return problems
 
 
@@ -238,7 +254,9 @@ def test_the_checks_catch_what_does_not_exist(tmp_path):
     text = "\n".join(
         [
             "Run `loopwright frobnicate` or `loopwright task add --colour red`.",
-            "Then `/loopwright:nothing`, `/loopwright:work --loop --nonsense` and `--no-such-thing`.",
+            "Then `/loopwright:nothing`, `/loopwright:work --loop --nonsense` and `--no-such-thing`;",
+            "a span may run on: `loopwright review",
+            "wait --max-minutes 5` (not an option of review wait).",
             "```sh",
             "loopwright run work --bogus   # --fine-in-a-comment",
             "```",
@@ -252,15 +270,21 @@ def test_the_checks_catch_what_does_not_exist(tmp_path):
         "unknown option --nonsense",
         "unknown option --no-such-thing",
         "unknown option --bogus",
+        "line 3: unknown option --max-minutes (in 'loopwright review wait --max-minutes 5')",
     ):
         assert expected in problems
     assert "--fine-in-a-comment" not in problems
     (tmp_path / "b.md").write_text("# Somewhere `here`, too\n")
     page = tmp_path / "a.md"
-    page.write_text("[x](b.md#nowhere) [y](missing.md) [z](b.md#somewhere-here-too) [w](https://x.org)\n")
+    page.write_text(
+        "[x](b.md#nowhere) [y](missing.md) [z](b.md#somewhere-here-too) [w](https://x.org)\n"
+        "\n[v](../../etc/passwd) and [u](#no-such-heading)\n"
+    )
     assert [p.split(": ", 1)[1] for p in link_problems(page, tmp_path)] == [
         "b.md#nowhere: b.md has no heading #nowhere",
         "missing.md does not exist",
+        "../../etc/passwd leads outside the repository",
+        "#no-such-heading: a.md has no heading #no-such-heading",
     ]
 
 

@@ -28,6 +28,7 @@ ALLOWED = {
     ("e2e/test_e2e_budgets.py", "wait_for"): "polls a condition until a deadline",
     ("e2e/test_e2e_page.py", "_stop_file_written"): "polls for the stop file until a deadline",
     ("e2e/test_e2e_serve.py", "run_finished"): "polls the API until the run ends or a deadline",
+    ("serve/test_recovery.py", "wait_for"): "polls a condition until a deadline",
     ("state/test_verify_stream.py", "_assert_gone"): "polls /proc until the process is gone or a deadline",
     ("state/test_fault.py", "wait_for_iterations"): "polls the budget until it moves or a deadline",
     # A lower bound on a wait the runner makes: it waits at least the 1.5 s it reports, and a

@@ -303,7 +303,8 @@ def test_the_runner_and_everything_it_starts_import_nothing_from_the_project(kit
         claude_cli.claude_binary(),
         "--claude-arg=--dangerously-skip-permissions",
     ]
-    cmd += ["--poll-seconds", "0.5", "--json", "--completion-promise", "DONE", "check the isolation"]
+    cmd += ["--poll-seconds", "0.5", "--stall-polls", "1000"]  # no stall on a busy machine: not tested here
+    cmd += ["--json", "--completion-promise", "DONE", "check the isolation"]
     with fakeapi.ScriptedServer(replies) as server:
         env = claude_cli.offline_env(server.url, tmp_path / "home", kit.python_env())
         out = subprocess.run(cmd, cwd=shadowed, env=env, capture_output=True, text=True, timeout=180)

@@ -219,7 +219,7 @@ def test_the_owners_prompt_stop_starts_no_process_and_imports_only_its_own(plugi
     leaked = [
         m for m in res["modules"] if any(m == x or m.startswith(x + ".") for x in NOT_ON_THE_PROMPT_PATH)
     ]
-    assert leaked == []
+    assert leaked == [], leaked
     assert "loopwright.modes.prompt" in res["modules"]  # the list is the Stop's, not an empty one
     # The history is appended to and its tail read; never opened for writing in place.
     history = [flags for p, _, flags in res["opened"] if p.endswith("/history.jsonl")]

@@ -4,7 +4,6 @@ registered projects only, size limits; the registry and the recovery after a res
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -109,28 +108,6 @@ def test_a_goal_starts_a_run(monitor, project):
     res = client(monitor).post("/api/loops", json={"project": str(project), "goal": "ship", "maxDollars": 3})
     assert res.status_code == 201
     assert monitor.runs.started[-1][1:3] == ("ship", {"max_dollars": 3})
-
-
-def test_recovery_after_a_restart(tmp_path, project):
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
-    gone = reg.add("S1", str(project))
-    reg.update(gone["id"], loop="prompt", status="running", pid=2**22 + 12345)
-    inactive = reg.add("S2", str(project))
-    reg.update(inactive["id"], loop="other", status="running", pid=2**22 + 12346)
-    alive = reg.add("S3", str(project))
-    reg.update(alive["id"], loop="third", status="running", pid=os.getpid())
-
-    class Resumer:
-        resumed = []
-
-        def resume(self, row):
-            self.resumed.append(row["id"])
-
-    r = Resumer()
-    notes = runs.recover(reg, r, lambda row: row["loop"] == "prompt")
-    assert r.resumed == [gone["id"]] and len(notes) == 2
-    assert reg.get(inactive["id"])["status"] == "stopped" and reg.get(alive["id"])["status"] == "running"
-    reg.close()
 
 
 def test_runner_events_fold_into_the_row():

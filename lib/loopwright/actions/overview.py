@@ -63,8 +63,9 @@ def _untrusted(paths: loops.LoopPaths, exc: loops.UntrustedLoop) -> dict:
 
 
 def _ending_fields(paths: loops.LoopPaths, budget: dict, cfg: dict) -> dict:
-    """The report, the wrap-up setting, the wrap-up turn under way or done, and its handoff."""
-    from loopwright.core import wrapup
+    """The report, the wrap-up setting, the wrap-up turn under way or done, and its handoff;
+    the completion judge's setting and record (core/judge.py; None for a loop without one)."""
+    from loopwright.core import judge, wrapup
     from loopwright.state import handoff
 
     record = (budget.get("router") or {}).get("wrap_up")
@@ -75,6 +76,7 @@ def _ending_fields(paths: loops.LoopPaths, budget: dict, cfg: dict) -> dict:
         "wrapping_up": bool(wrapup.open_record(budget)) and cfg.get("status") == loops.ACTIVE,
         "wrap_up_turn": record if isinstance(record, dict) else None,
         "handoff": str(paths.handoff) if handoff.present(paths) else None,
+        "judge": judge.summary(cfg, budget),
     }
 
 

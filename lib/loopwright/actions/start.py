@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopwright import modes
-from loopwright.core import gates, router, slashargs
+from loopwright.core import gates, judge, router, slashargs
 from loopwright.core.completion import DEFAULT_PROMISE
 from loopwright.core.errors import UnsafePath
 from loopwright.state import journal, loops, store, transcript, verify
@@ -44,6 +44,9 @@ class StartRequest:
     accept_project_rates: bool = False  # count CLAUDE.md rates below the built-in ones
     wrap_up: bool = True  # one last turn for a handoff when a budget runs out (core/wrapup.py)
     wrap_up_floor: float | None = None  # share of the dollar/token ceilings kept before a mean is known
+    judge: bool = False  # a small model judges completion claims the checks let through (core/judge.py)
+    judge_model: str | None = None
+    judge_timeout: float | None = None
     mode_config: dict = field(default_factory=dict)  # the mode's own loop.json keys (its config_fields)
     mode_state: dict | None = None  # what the mode's begin() starts from
     transcript_path: str | None = (
@@ -75,6 +78,7 @@ def validate(req: StartRequest, project: Path | None = None) -> StartRequest:
     _fill_limits(req)
     _check_limits(req)
     _check_verify(req)
+    _check_judge(req, project)
     if req.budget_file is not None and project is not None:
         req.budget_file = _contained_budget_file(project, req.budget_file)
     promise = " ".join(req.completion_promise.split())
@@ -130,6 +134,27 @@ def _check_verify(req: StartRequest) -> None:
             raise loops.LoopError('--verify needs a command, e.g. --verify "pytest -q"')
     if req.verify_timeout is not None and not (0 < req.verify_timeout <= verify.MAX_TIMEOUT):
         raise loops.LoopError(f"--verify-timeout must be between 0 and {verify.MAX_TIMEOUT:g} seconds")
+
+
+def _check_judge(req: StartRequest, project: Path | None) -> None:
+    """The judge's model and time bound, and that its client can be found (state/judging.py)."""
+    if not req.judge:
+        if req.judge_model is not None or req.judge_timeout is not None:
+            raise loops.LoopError("--judge-model and --judge-timeout go with --judge")
+        return
+    req.judge_model = (req.judge_model or judge.DEFAULT_MODEL).strip()
+    if not judge.valid_model(req.judge_model):
+        raise loops.LoopError(
+            f"--judge-model {req.judge_model!r} is not a model name (e.g. {judge.DEFAULT_MODEL}, or haiku)"
+        )
+    if req.judge_timeout is not None and not (1 <= req.judge_timeout <= judge.MAX_TIMEOUT):
+        raise loops.LoopError(f"--judge-timeout must be between 1 and {judge.MAX_TIMEOUT:g} seconds")
+    if project is not None:
+        from loopwright.state import judging
+
+        client, why = judging.find_client(project)
+        if client is None:
+            raise loops.LoopError(f"--judge: {why}")
 
 
 def _contained_budget_file(project: Path, budget_file: str) -> str:
@@ -224,6 +249,9 @@ def _new_loop(req: StartRequest, name: str, stamp: str, project_dir: str) -> dic
         "verify_timeout": req.verify_timeout,
         "wrap_up": req.wrap_up,
         "wrap_up_floor": req.wrap_up_floor,
+        "judge": req.judge,
+        "judge_model": req.judge_model if req.judge else None,
+        "judge_timeout": req.judge_timeout,
         "owner_session": req.session,
         "nonce": "lw-" + secrets.token_hex(8),
         "status": loops.ACTIVE,
@@ -261,6 +289,9 @@ START_OPTIONS = {
     "--wrap-up": False,
     "--no-wrap-up": False,
     "--wrap-up-floor": True,
+    "--judge": False,
+    "--judge-model": True,
+    "--judge-timeout": True,
 }
 
 
@@ -298,6 +329,12 @@ def apply_limits(req: StartRequest, opts: dict) -> None:
         req.wrap_up = True
     if "--wrap-up-floor" in opts:
         req.wrap_up_floor = _number("--wrap-up-floor", opts["--wrap-up-floor"], float)
+    if opts.get("--judge"):
+        req.judge = True
+    if "--judge-model" in opts:
+        req.judge_model = str(opts["--judge-model"])
+    if "--judge-timeout" in opts:
+        req.judge_timeout = _number("--judge-timeout", opts["--judge-timeout"], float)
 
 
 def accepted_rates(project_dir: str) -> dict:
@@ -399,11 +436,22 @@ def announcement(loop: dict, verb: str = "started", state: dict | None = None) -
         ),
         *(f"Note: {n}" for n in project_notes(loop)),
         *_tasks_line(loop),
+        *_judge_line(loop),
         "",
         modes.get(loop["mode"]).first_prompt(loop, state),
         f"loop-nonce: {loop['nonce']}",
     ]
     return "\n".join(lines)
+
+
+def _judge_line(loop: dict) -> list[str]:
+    if not judge.enabled(loop):
+        return []
+    return [
+        f"Completion judge: {judge.model_of(loop)} (no tools) reads the goal, your final message, the "
+        "check's output and what changed, when you claim completion; a claim it does not accept comes "
+        "back with its reason."
+    ]
 
 
 def _tasks_line(loop: dict) -> list[str]:

@@ -82,6 +82,14 @@ from loopwright.state import lock as locks
     "known (default 0.1).",
 )
 @click.option(
+    "--judge/--no-judge",
+    default=None,
+    help="Have a small model (Claude Code headless, no tools) judge completion claims that pass the "
+    "task gate and --verify; its 'not done' comes back to the agent as feedback.",
+)
+@click.option("--judge-model", help="The judge's model (default claude-haiku-4-5).")
+@click.option("--judge-timeout", type=float, help="Seconds the judge may take (default 120, at most 600).")
+@click.option(
     "--args-stdin",
     is_flag=True,
     help="Read the raw slash-command argument text from stdin (goal and options together).",

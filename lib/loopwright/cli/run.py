@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 
@@ -82,6 +83,9 @@ class Reporter:
     help="When a budget runs out, give the agent one last turn to write handoff.md (default: on).",
 )
 @click.option("--wrap-up-floor", type=float, help="Share of the dollar/token ceilings kept for the wrap-up.")
+@click.option("--judge/--no-judge", default=None, help="A small model judges completion claims (no tools).")
+@click.option("--judge-model", help="The judge's model (default claude-haiku-4-5).")
+@click.option("--judge-timeout", type=float, help="Seconds the judge may take (default 120).")
 @click.option("--completion-promise", help='Sentinel text (default "LOOP COMPLETE").')
 @click.option("--verify", help="A command that must pass before a completion claim is accepted.")
 @click.option("--name", help="Loop name (default: the mode, made unique).")
@@ -131,6 +135,8 @@ def run(
         fail(f"Claude Code's CLI ({claude_bin}) was not found; install it or pass --claude PATH")
     if poll_seconds <= 0 or stall_polls < 1 or quota_wait <= 0:
         fail("--poll-seconds and --quota-wait must be more than 0, --stall-polls at least 1")
+    # The judge (state/judging.py), run from the client's Stop hook, uses this same CLI.
+    os.environ["LOOPWRIGHT_CLAUDE"] = os.path.abspath(found)
     if plugin_dir is None and not runner.plugin_enabled_in_claude():
         plugin_dir = str(runner.PLUGIN_ROOT)
     specs = list(notify) or _project_notifiers(obj)
@@ -197,7 +203,7 @@ def _mode_command(words: tuple, limits: dict) -> str | None:
 
 def _project_notifiers(obj: Ctx) -> list[str]:
     """``run.notify`` from the project's .loopwright.json: webhooks and desktop only. A
-    committed file must never make loopwright run a command (see the README's Safety)."""
+    committed file must never make loopwright run a command (see docs/safety.md)."""
     from loopwright.state.project import project_config
 
     config, _ = project_config(obj.state.parent)

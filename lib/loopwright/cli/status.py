@@ -125,6 +125,10 @@ def _print_summary(state: Path, s: dict) -> None:
     _print_project_rates(s.get("project_rates"))
     _print_tasks_source(s)
     _print_wrap_up(s)
+    if s.get("judge"):
+        from loopwright.core.judge import last_word, line
+
+        echo(f"  judge: {line(s['judge'])} · last: {last_word(s['judge'])}")
     if s["report"]:
         echo(f"  report: {s['report']}")
     if s.get("handoff"):

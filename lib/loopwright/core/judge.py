@@ -91,7 +91,8 @@ def wanted(snap) -> bool:
     if snap.loop.get("verify") and not (snap.verify_result and checks.passed(snap.verify_result)):
         return False
     for gate in snap.budget.get("pending_gates") or []:
-        if gate.get("answer") == "stop" or (gate.get("name") == gates.JUDGE and gate.get("answer") != "continue"):
+        answer = gate.get("answer")
+        if answer == "stop" or (gate.get("name") == gates.JUDGE and answer != "continue"):
             return False
     return completion_claimed(snap)[0]
 
@@ -255,7 +256,8 @@ def read_envelope(output: str, exit_code: int | None, model: str) -> dict:
     if verdict is None:
         shown = _one_line(envelope.get("result") or "(empty)", 200)
         return dict(failure("garbage", f"the answer was not the JSON verdict: {shown}"), **extra)
-    return dict(verdict=DONE if verdict[0] else NOT_DONE, reason=verdict[1], failure=None, detail=None, **extra)
+    kind = DONE if verdict[0] else NOT_DONE
+    return dict(verdict=kind, reason=verdict[1], failure=None, detail=None, **extra)
 
 
 def failure(kind: str, detail: str) -> dict:
@@ -439,6 +441,16 @@ def summary(loop: dict, budget: dict) -> dict | None:
         "failures_in_row": int(rec.get("failures_in_row") or 0),
         "last": rec.get("last"),
     }
+
+
+def last_word(s: dict) -> str:
+    """The judge's last verdict, with its reason or why it gave none."""
+    last = s.get("last") or {}
+    words = {DONE: "done", NOT_DONE: "not done", NOT_JUDGED: "not judged"}
+    verdict = words.get(last.get("verdict"), "none yet")
+    if last.get("verdict") == NOT_JUDGED:
+        return f"{verdict} ({last.get('failure')}: {_one_line(last.get('detail') or '')})"
+    return f"{verdict}: {_one_line(last.get('reason') or '')}" if last else verdict
 
 
 def line(s: dict) -> str:

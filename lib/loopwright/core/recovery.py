@@ -18,7 +18,7 @@ QUOTA_BASE, QUOTA_CAP = 60.0, 1800.0  # seconds: the backoff when no reset time 
 PER_ITERATION = 3
 IN_ALL = 10
 
-# Exit codes of `loopwright run` (the README has the table).
+# Exit codes of `loopwright run` (docs/unattended.md has the table).
 EXIT_DONE, EXIT_ERROR, EXIT_BUDGET, EXIT_STALLED, EXIT_STOPPED, EXIT_WAITING, EXIT_OTHER = 0, 1, 2, 3, 4, 5, 6
 EXIT_INTERRUPTED = 130
 # Outcomes that mean the loop's work is finished: its goal done, its backlog empty, its PR over.

@@ -168,6 +168,11 @@ def observe(
     if not dry_run and router.needs_verification(snap):
         timeout = min(float(loop.get("verify_timeout") or verify.DEFAULT_TIMEOUT), verify.MAX_TIMEOUT)
         snap = snap.replace(verify_result=verify.run(loop["verify"], Path(loop["project_dir"]), timeout))
+    if not dry_run and router.needs_judgement(snap):  # after the check: it judges only what passed
+        from loopwright.state import judging
+
+        late = os.environ.get(LATE_ENV) == "1"  # the deferred redo of this Stop: the same claim
+        snap = snap.replace(judge_result=judging.judge_loop(paths, snap, reuse=late))
     return snap
 
 

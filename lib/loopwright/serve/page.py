@@ -80,6 +80,7 @@ function state(l, run) {
   if (l.status === 'ended') return ['ended ' + l.outcome, 'state-ended'];
   if (run && run.status === 'waiting_quota') return ['waiting for the usage limit', 'state-waiting'];
   if (l.paused) return ['paused', 'state-waiting'];
+  if (l.wrapping_up) return ['wrapping up (handoff)', 'state-waiting'];
   if ((l.pending_gates || []).length) return ['waiting for an answer', 'state-waiting'];
   return [run && run.status === 'running' ? 'running' : 'active', 'state-active'];
 }
@@ -108,7 +109,10 @@ function nameCell(p, l) {
   if (l.report) links.appendChild(link('report', loopPath(p.project, l.name, 'report')));
   if (l.handoff) links.appendChild(link('handoff', loopPath(p.project, l.name, 'handoff')));
   const t = el('button', 'timeline', 'timeline'); t.onclick = () => showTimeline(p.project, l.name);
-  links.appendChild(t); td.appendChild(links);
+  links.appendChild(t);
+  // Whether a spent budget still gets one last turn for handoff.md (core/wrapup.py).
+  if (l.status === 'active') links.appendChild(el('span', 'wrap-up ' + (l.wrap_up ? 'on' : 'off'), 'wrapup'));
+  td.appendChild(links);
   return td;
 }
 function untrustedRow(p, l) {

@@ -84,6 +84,7 @@ def render(paths: loops.LoopPaths, loop: dict, budget: dict, outcome: str, reaso
             f"    - iteration {g.get('iteration')}: {asked} → {g['answer']} ({g.get('by')}, {g.get('at')})"
         )
     lines += _wrap_up_lines(paths, budget)
+    lines += _judge_lines(loop, budget)
     lines += [
         "",
         "Goal:",
@@ -119,6 +120,19 @@ def _wrap_up_lines(paths: loops.LoopPaths, budget: dict) -> list[str]:
         lines.append(f"- Handoff: [{_shown(paths, paths.handoff)}]({paths.handoff})")
     elif isinstance(record, dict):
         lines.append("- Handoff: none was written in the wrap-up turn")
+    return lines
+
+
+def _judge_lines(loop: dict, budget: dict) -> list[str]:
+    """The completion judge (core/judge.py): its calls, verdicts and dollars, and its last word."""
+    from loopwright.core import judge
+
+    s = judge.summary(loop, budget)
+    if s is None:
+        return []
+    lines = [f"- Judge: {judge.line(s)}"]
+    if s["last"]:
+        lines.append(f"    - last word (iteration {s['last'].get('iteration')}): {judge.last_word(s)}")
     return lines
 
 
