@@ -153,3 +153,82 @@ def test_the_check_above_can_fail(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PKG", fake)
     with pytest.raises(AssertionError, match="compares with 'task'"):
         test_nothing_outside_modes_branches_on_a_mode()
+
+
+def test_no_module_is_over_500_lines():
+    """Rooms a newcomer can find: a module that grows past this is split by verb or phase."""
+    big = [
+        f"{path.relative_to(LIB)} ({n} lines)"
+        for path in sorted(PKG.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > 500
+    ]
+    assert not big, "\n".join(big)
+
+
+def _dotted(path: Path) -> str:
+    parts = path.relative_to(PKG).with_suffix("").parts
+    return ".".join(("loopwright", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def import_graph(root: Path = PKG) -> dict[str, set[str]]:
+    """Which loopwright module imports which, counting imports inside functions too
+    (a lazy import still ties two modules together)."""
+    known = {_dotted(p): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and (node.module or "").startswith("loopwright")
+            ):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+                names = [n if n in known else node.module for n in names]
+            graph[module] |= {
+                n for n in names if n in known and n != module and not module.startswith(n + ".")
+            }
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Import circles: strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle():
+    # A package's __init__ importing its own modules is not a circle (they are skipped above).
+    assert cycles(import_graph()) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

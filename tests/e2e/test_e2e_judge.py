@@ -185,7 +185,6 @@ def test_a_judge_that_hangs_times_out_twice_and_the_user_stops_at_the_gate(claud
     assert loop_json(project)["outcome"] == "GATE_STOP:judge"
     events = [j for j in journal(project) if j["event"] == "judge"]
     assert [(j["verdict"], j["failure"]) for j in events] == [("not_judged", "timeout")] * 2
-    assert all(3 <= j["seconds"] < 60 for j in events), events
     assert "- Judge:" in (loop_dir(project) / "report.md").read_text()
 
 

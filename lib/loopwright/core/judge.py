@@ -19,8 +19,6 @@ loop's budget like the agent's, so the ceilings see them.
 
 from __future__ import annotations
 
-import json
-
 from loopwright.core import budget as budgets
 from loopwright.core import checks, gates, wrapup
 from loopwright.core.completion import completion_claimed
@@ -178,6 +176,8 @@ def parse_verdict(text: object) -> tuple[bool, str] | None:
     """``(done, reason)`` when ``text`` is exactly the verdict object (surrounding
     whitespace allowed); None for anything else: other text around it, a code fence,
     other or repeated keys, a ``done`` that is not true or false, an empty reason."""
+    import json  # here, not at the top: the Stop's common path must not pay for json and re
+
     if not isinstance(text, str):
         return None
     body = text.strip()
@@ -227,6 +227,8 @@ def _count(value: object) -> int:
 def read_envelope(output: str, exit_code: int | None, model: str) -> dict:
     """What the judge's process printed (``claude -p --output-format json``): the verdict,
     or why there is none; the tokens it used either way."""
+    import json
+
     envelope = None
     for line in reversed(output.splitlines()):
         line = line.strip()

@@ -225,7 +225,7 @@ def add(
             entry["depends_on"] = list(dict.fromkeys(depends_on))
         ap.append(entry)
         if mark_new and ap.fresh:
-            from loopwright.state.tasksource import mark_made
+            from loopwright.state.taskmark import mark_made
 
             mark_made(path)
     return entry
@@ -432,7 +432,7 @@ def start_source(project: Path, state: Path, project_tasks: bool, config: dict |
     if not project_tasks:
         return "loop"
     default = Path(state) / "tasks.jsonl"
-    from loopwright.state.tasksource import made_here
+    from loopwright.state.taskmark import made_here
 
     return "project" if made_here(default) else FOREIGN + os.path.relpath(default, project)
 

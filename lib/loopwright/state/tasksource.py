@@ -1,14 +1,13 @@
-"""Tasks from a file loopwright did not write, and the mark that tells the project's own
-registry from a shipped one: read only when a loop starts, shows its source, or has such a
-file (a Stop without one never loads this; the rule is in state/tasks.py)."""
+"""Tasks from a file loopwright did not write, shown as the project's data, and the line that
+names where a loop's tasks come from: read only when a loop starts, shows its source, or has
+such a file (a Stop without one never loads this; the rule is in state/tasks.py; the mark that
+vouches for the project's own registry is in state/taskmark.py)."""
 
 from __future__ import annotations
 
 import os
 
-from loopwright.state import store
-from loopwright.state.fspath import Path
-from loopwright.state.tasks import DEFAULT_PROMPT_BUDGET, FOREIGN, _empty, _fit
+from loopwright.state.tasks import DEFAULT_PROMPT_BUDGET, FOREIGN, _fit
 
 
 def describe_source(source: object, project_tasks: bool = False) -> str | None:
@@ -76,54 +75,3 @@ def render_foreign(reg, name: str, budget_chars: int = DEFAULT_PROMPT_BUDGET) ->
 
 
 # --- the mark of the project's own registry ---------------------------------------------------
-
-MARK_DOMAIN = b"loopwright-tasks-v1\0"
-
-
-def _mark_path(path: Path) -> Path:
-    return Path(path).with_name(Path(path).name + ".mark")
-
-
-def _mark_message(path: Path) -> bytes:
-    """What the mark binds: the file's real path and its first line (the entry loopwright wrote
-    when it started the file; the file is only appended to, so it never changes)."""
-    import stat
-
-    fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        head = os.pread(fd, 1 << 20, 0)
-    finally:
-        os.close(fd)
-    real = os.path.realpath(path).encode("utf-8", "surrogateescape")
-    return MARK_DOMAIN + real + b"\0" + head.split(b"\n", 1)[0]
-
-
-def mark_made(path: Path) -> None:
-    """Record that this user's loopwright started ``path``: an HMAC under the user's key of
-    the file's real path and first line, in ``<file>.mark``. A repository cannot ship one that
-    verifies; a copy elsewhere, a move or a replaced file no longer does."""
-    from loopwright.state import trust
-
-    try:
-        digest = trust.hmac_sha256(trust.ensure_key(), _mark_message(path))
-        store.write_bytes_atomic(_mark_path(path), digest.encode() + b"\n")
-    except (OSError, trust.KeyProblem):
-        pass  # unmarked, the file is shown to loops as data: the safe way round
-
-
-def made_here(path: Path) -> bool:
-    """True when ``path`` is missing or empty, or carries this user's loopwright's mark."""
-    from loopwright.core.errors import UserError
-    from loopwright.state import trust
-
-    try:
-        if _empty(path):
-            return True
-        key = trust.load_key()
-        mark = store.read_regular(_mark_path(path), 256)
-        want = trust.hmac_sha256(key, _mark_message(path)) if key else None
-    except (OSError, ValueError, UserError, trust.KeyProblem):
-        return False
-    return bool(want and mark) and trust.compare_digest(mark.strip(), want.encode())
