@@ -235,7 +235,7 @@ def test_work_loop_over_a_backlog_of_several_pages(project: Path, claude, github
     agent = Agent(project, github=True)
     res = claude.run(
         "/loopwright:work --loop --source github --max-prs 2",
-        # The last reply answers the wrap-up turn a spent budget may earn (its handoff is not tested here).
+        # The last reply answers the wrap-up turn the spent PR budget earns.
         ["Starting.", *agent.turn(), *agent.turn(), "Handoff written."],
         env=github.env(),
     )
@@ -258,3 +258,7 @@ def test_work_loop_over_a_backlog_of_several_pages(project: Path, claude, github
     assert loop_json(project, "work")["outcome"] == "BUDGET_EXHAUSTED:prs"
     made = [p for p in github.repo.pulls.values() if p["user"]["login"] == fakegithub.LOGIN]
     assert [p["body"] for p in made] == ["Closes #4", "Closes #7"]
+    # The PR budget, like every budget, ends with one wrap-up turn in work mode's words.
+    answers = stop_answers(res)
+    assert "WRAP-UP TURN" in answers[-2]["reason"] and "Open no new pull request" in answers[-2]["reason"]
+    assert not is_block(answers[-1]) and not res.server.exhausted_requests
