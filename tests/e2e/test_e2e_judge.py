@@ -268,3 +268,25 @@ def test_the_deferred_final_tick_of_a_stop_reuses_its_judges_run(project, tmp_pa
         other = judging.judge_loop(paths, snap("Another claim.\n<promise>DONE</promise>"), reuse=True)
         assert other["verdict"] == "not_done" and "reused" not in other
         assert len(server.judge_requests) == 2
+
+
+def test_loopwright_run_judges_with_the_client_it_runs(project, tmp_path):
+    """`loopwright run --judge`: the Stop hook inside the headless client finds no `claude` on
+    PATH here; the runner hands its own CLI (--claude) to the judge."""
+    from e2e_support import run_headless
+
+    home = tmp_path / "home"
+    home.mkdir()
+    agent = [fakeapi.text(CLAIM), fakeapi.text("Tests added.\n<promise>DONE</promise>")]
+    script = [verdict(False, "Add tests first."), verdict(True, "Tests are there.")]
+    with fakeapi.ScriptedServer(agent, judge=script) as server:
+        out, events = run_headless(
+            project, home, server, GOAL, "--judge", "--judge-timeout", "60", "--completion-promise", "DONE"
+        )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert events[-1]["event"] == "ended" and events[-1]["outcome"] == "LOOP_DONE", events
+    assert server.remaining == 0 and server.judge_remaining == 0
+    cfg = loop_json(project)
+    assert (cfg["judge"], cfg["judge_timeout"]) == (True, 60.0)
+    assert "JUDGE: you claimed completion" in server.conversation_requests[1].last_user_text()
+    assert budget(project)["judge"]["calls"] == 2

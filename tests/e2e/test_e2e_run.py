@@ -209,6 +209,8 @@ def test_notifications_reach_webhooks_and_commands_and_a_failing_one_is_reported
             "ship it",
             "--completion-promise",
             "DONE",
+            "--stall-polls",
+            "3",
             "--notify",
             f"webhook:{url}",
             "--notify",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 import claude_cli
 import fakeapi
 from conftest import KEY_HOME, REPO
+from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -28,17 +28,15 @@ def call(base, token, method, path, body=None):
         return res.status, json.loads(res.read())
 
 
-def run_finished(base, token, run_id, within: float = 120.0):
-    """The run's row once it has ended or stopped, and the listing it came in: polled through
-    the API until then, bounded so a run that never ends fails instead of hanging."""
-    deadline, row = time.monotonic() + within, {}
-    while time.monotonic() < deadline:
+def run_finished(base, token, run_id):
+    """The run's row once it has ended or stopped, and the listing it came in (polled through the API)."""
+
+    def ended():
         _, data = call(base, token, "GET", "/api/loops")
         row = next(r for r in data["runs"] if r["id"] == run_id)
-        if row["status"] in ("ended", "stopped"):
-            return row, data
-        time.sleep(0.3)
-    raise AssertionError(f"run {run_id} did not end within {within} s: {row}")
+        return (row, data) if row["status"] in ("ended", "stopped") else None
+
+    return wait_for(ended, f"run {run_id} to end", every=0.3)
 
 
 def test_a_run_started_through_the_api_is_watched_to_its_end(project, tmp_path):

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -23,6 +22,7 @@ import pytest
 import claude_cli
 import fakeapi
 from conftest import KEY_HOME, REPO, lw_env
+from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -39,17 +39,6 @@ def call(base, token, method, path, body=None):
             return res.status, json.loads(res.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-def wait_for(check, what: str, within: float = 120.0):
-    """``check()``'s first truthy value, polled; bounded, so a condition never met fails."""
-    deadline, last = time.monotonic() + within, None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not so within {within} s (last: {last})")
 
 
 def setup_task(project: Path) -> None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import psutil
 
 from conftest import REPO, hook_stop, lw_env
 from loopwright.serve import registry, runs
+from waiting import wait_for
 
 GONE_PID = 2**22 + 12345  # above any pid_max: never a live process
 
@@ -47,16 +47,6 @@ def running(reg, session, project, **fields):
     row = reg.add(session, str(project))
     reg.update(row["id"], status="running", **fields)
     return row["id"]
-
-
-def wait_for(check, within: float = 60.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"not so within {within} s")
 
 
 def test_recovery_marks_each_run_from_its_loop(tmp_path, project):
@@ -133,9 +123,9 @@ def test_an_adopted_run_is_followed_to_its_loops_end(tmp_path, project):
         assert hook_stop(project, "S1", message="working")["decision"] == "block"  # one iteration done
         progress = project / ".loopwright" / "loops" / "prompt" / "progress.json"
         shown = json.loads(progress.read_text())["iteration"]
-        wait_for(lambda: reg.get(run_id)["iteration"] == shown)
+        wait_for(lambda: reg.get(run_id)["iteration"] == shown, "the row follows the progress")
         lw(project, "cancel", "prompt")
-        row = wait_for(lambda: (r := reg.get(run_id))["status"] == "ended" and r)
+        row = wait_for(lambda: (r := reg.get(run_id))["status"] == "ended" and r, "the row ends")
         assert row["outcome"] == "CANCELLED"
     finally:
         stand_in.kill()
@@ -152,7 +142,7 @@ def test_an_adopted_run_whose_runner_dies_with_its_loop_active_is_lost(tmp_path,
     runs.Runs(reg, poll=0.1).adopt(reg.get(run_id))
     stand_in.kill()
     stand_in.wait(timeout=60)
-    row = wait_for(lambda: (r := reg.get(run_id))["status"] != "running" and r)
+    row = wait_for(lambda: (r := reg.get(run_id))["status"] != "running" and r, "the row settles")
     assert row["status"] == runs.LOST and "loopwright run --loop prompt" in row["reason"]
     assert reg.live_for(session="S1") is None
     reg.close()

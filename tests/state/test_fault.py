@@ -10,6 +10,7 @@ import time
 
 from conftest import LIB, REPO, lw_env
 from loopwright.state import store
+from waiting import wait_for
 
 CLI = REPO / "bin" / "loopwright"
 
@@ -58,15 +59,15 @@ def used(state) -> int:
     return json.loads((state / "loops/prompt/budget.json").read_text())["iterations_used"]
 
 
-def wait_for_iterations(state, at_least: int, procs, within: float = 120.0) -> None:
-    """Until the writers have counted ``at_least`` iterations: bounded, so a writer that
-    cannot start fails the test instead of hanging it."""
-    deadline = time.monotonic() + within
-    while used(state) < at_least:
+def wait_for_iterations(state, at_least: int, procs) -> None:
+    """Until the writers have counted ``at_least`` iterations; a writer that dies first fails."""
+
+    def reached() -> bool:
         for p in procs:
             assert p.poll() is None, p.stderr.read().decode(errors="replace")
-        assert time.monotonic() < deadline, f"the writers did not reach iteration {at_least}"
-        time.sleep(0.01)
+        return used(state) >= at_least
+
+    wait_for(reached, f"the writers to reach iteration {at_least}", every=0.01)
 
 
 def kill_at_a_random_instant(procs, rng: random.Random) -> int:

@@ -19,8 +19,7 @@ import pytest
 
 from conftest import LIB  # noqa: E402
 from loopwright.state import verify
-
-SLACK = 120.0  # bound on waiting for a killed process to be gone
+from waiting import wait_for
 
 
 def test_passing_command_keeps_exit_code_and_tail(tmp_path):
@@ -150,13 +149,12 @@ def test_command_that_cannot_start(tmp_path):
 
 def _assert_gone(pid: int) -> None:
     """The process is dead (a zombie awaiting its reaper counts as dead)."""
-    deadline = time.monotonic() + SLACK
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except FileNotFoundError:
-            return
-        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"process {pid} still alive")
+            return True
+        return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+    wait_for(gone, f"process {pid} to be gone", every=0.1)

@@ -167,6 +167,9 @@ def review(state: Path, name: str) -> tuple[Seen, list[str]]:
         "Goal (handed to the agent every iteration):",
         *("    " + ln for ln in str(cfg["prompt"]).splitlines()),
         f"Completion check run by loopwright: {cfg.get('verify') or 'none'}",
+        "Completion judge (a headless Claude Code run by loopwright): "
+        + (f"{cfg.get('judge_model')}" if cfg.get("judge") else "none"),
+        f"Wrap-up turn when a budget runs out: {'off' if cfg.get('wrap_up') is False else 'on'}",
         *(
             f"Mode setting {k}: {cfg[k]}"
             for k in modes.get(cfg["mode"]).config_fields

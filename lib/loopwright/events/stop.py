@@ -21,7 +21,7 @@ from loopwright.events.observe import LATE_ENV, observe, project_rules
 from loopwright.state import claudemd, journal, loops, store
 from loopwright.state.fspath import Path
 from loopwright.state.project import state_dir
-from loopwright.tick import commit
+from loopwright.tick import commit, notices
 
 # --- finding the session's loop -------------------------------------------------
 
@@ -98,6 +98,7 @@ def apply(
     budget = dict(decision.budget, tick=record)
     store.write_json(paths.budget, budget)  # the commit point of this tick
     summary = commit.finish(paths, loop, budget, ledger, redactions)
+    notices.gates_waiting(paths, loop, snap.budget, decision.budget, redactions)  # gates asked first now
     if decision.action == router.STOP:
         return {"systemMessage": summary}
     if decision.action == router.PAUSE:

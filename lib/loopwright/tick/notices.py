@@ -28,21 +28,24 @@ def loop_ended(paths: loops.LoopPaths, loop: dict, outcome: str, reason: str, no
 
 def gates_waiting(paths: loops.LoopPaths, loop: dict, before: dict, after: dict | None, redactions) -> None:
     """After a tick: the gates it asked for the first time (in ``after``'s pending gates,
-    not in ``before``'s) wait for the user's answer."""
-    seen = {(g.get("name"), g.get("asked_at")) for g in before.get("pending_gates") or []}
-    fresh = [
-        g
-        for g in (after or {}).get("pending_gates") or []
-        if not g.get("answer") and (g.get("name"), g.get("asked_at")) not in seen
-    ]
-    if not fresh:
-        return
-    from loopwright.state.claudemd import redact
+    not in ``before``'s) wait for the user's answer. Never raises: the tick is committed."""
+    try:
+        seen = {(g.get("name"), g.get("asked_at")) for g in before.get("pending_gates") or []}
+        fresh = [
+            g
+            for g in (after or {}).get("pending_gates") or []
+            if not g.get("answer") and (g.get("name"), g.get("asked_at")) not in seen
+        ]
+        if not fresh:
+            return
+        from loopwright.state.claudemd import redact
 
-    gates = [
-        dict(name=g.get("name"), question=redact(g.get("question"), redactions), options=g.get("options"))
-        for g in fresh
-    ]
+        gates = [
+            dict(name=g.get("name"), question=redact(g.get("question"), redactions), options=g.get("options"))
+            for g in fresh
+        ]
+    except Exception:
+        return
     reason = "; ".join(f"gate {g['name']}: {g['question']}" for g in gates)
     _tell(paths, loop, None, event="gate_waiting", reason=reason, gates=gates)
 
@@ -69,6 +72,7 @@ def _tell(paths: loops.LoopPaths, loop: dict, now: float | None, **event) -> Non
 
     session = loop.get("owner_session")
     try:
+        event["reason"] = str(event.get("reason") or "")[:2000]
         specs = notifiers(paths.state.parent)
         if not specs:
             return
