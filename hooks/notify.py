@@ -5,6 +5,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+from loopwright.bytecode import use  # noqa: E402
+
+use()  # bytecode from the plugin data directory's cache, never compiled from source
 from loopwright.runner.notify import main  # noqa: E402
 
 sys.exit(main(sys.stdin.buffer.read(1024 * 1024)))

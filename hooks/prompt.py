@@ -1,9 +1,12 @@
-"""UserPromptSubmit hook: loopwright's slash commands (see lib/loopwright/entry.py)."""
+"""UserPromptSubmit hook: loopwright's slash commands (see lib/loopwright/events/entry.py)."""
 
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+from loopwright.bytecode import use  # noqa: E402
+
+use()  # bytecode from the plugin data directory's cache, never compiled from source
 from loopwright.events.entry import prompt  # noqa: E402
 
 sys.exit(prompt())

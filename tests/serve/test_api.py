@@ -1,5 +1,5 @@
 """The monitor's REST contract, in process: loopback only, the token, 404 and 409, the
-registered projects only, size limits; the registry (the recovery after a restart: test_recovery.py)."""
+registered projects only, size limits; the registry (the recovery after a restart: test_serve_recovery.py)."""
 
 from __future__ import annotations
 

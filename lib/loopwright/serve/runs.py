@@ -119,10 +119,7 @@ class Runs:
             if change.get("status", row["status"]) not in LIVE:
                 break
             time.sleep(self.poll)
-        folder = Path(self.registry.path).resolve().parent / "events"
-        for log in folder.glob(f"{run_id}-*.jsonl"):  # what that runner wrote for the monitor it outlived
-            with contextlib.suppress(OSError):
-                log.unlink()
+        drop_events(self.registry, run_id)
 
     def stop(self, row: dict, loop_paths) -> None:
         """Ask the run's loop to stop between turns (the loop's stop file)."""
@@ -188,8 +185,16 @@ def recover(registry: Registry, runs: Runs, loop_active=None) -> list[str]:
             continue
         change = settle(row, cfg, progress, waiting, alive=False)
         registry.update(row["id"], **change)
+        drop_events(registry, row["id"])
         notes.append(f"run {row['id']}: its runner was gone; marked {change['status']}")
     return notes
+
+
+def drop_events(registry: Registry, run_id: str) -> None:
+    """The events a run's runner wrote for a monitor that is gone: nobody reads them now."""
+    for log in (Path(registry.path).resolve().parent / "events").glob(f"{run_id}-*.jsonl"):
+        with contextlib.suppress(OSError):
+            log.unlink()
 
 
 def settle(row: dict, cfg: dict | None, progress: dict, waiting: list, *, alive: bool) -> dict:
