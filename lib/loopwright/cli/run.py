@@ -139,7 +139,8 @@ def run(
     os.environ["LOOPWRIGHT_CLAUDE"] = os.path.abspath(found)
     if plugin_dir is None and not runner.plugin_enabled_in_claude():
         plugin_dir = str(runner.PLUGIN_ROOT)
-    specs = list(notify) or _project_notifiers(obj)
+    own = _own_notifiers()
+    specs = list(notify) or (own if own is not None else _project_notifiers(obj))
     try:
         for spec in specs:
             notifiers.parse(spec)
@@ -199,6 +200,17 @@ def _mode_command(words: tuple, limits: dict) -> str | None:
                 else [option, f"{value:g}" if isinstance(value, float) else str(value)]
             )
     return f"/loopwright:{words[0]} " + " ".join(shlex.quote(w) for w in rest)
+
+
+def _own_notifiers() -> list[str] | None:
+    """``notify`` from the user's own config.json (state/userconfig.py), the same list a
+    session's loops use; when it is there (even empty) it replaces the project's ``run.notify``."""
+    from loopwright.state import userconfig
+
+    try:
+        return userconfig.notifiers()
+    except userconfig.ConfigProblem as exc:
+        fail(f"{exc}; fix the file or move it away")
 
 
 def _project_notifiers(obj: Ctx) -> list[str]:
