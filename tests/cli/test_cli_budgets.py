@@ -123,7 +123,18 @@ def test_gate_stop_ends_the_loop_and_resume_refuses_it(project):
 
 
 def test_an_exhausted_loop_resumes_only_with_a_higher_ceiling(project):
-    lw(project, "start", "--session", "S1", "--max-iterations", "2", "--no-wrap-up", "--gates", "continue", "goal")
+    lw(
+        project,
+        "start",
+        "--session",
+        "S1",
+        "--max-iterations",
+        "2",
+        "--no-wrap-up",
+        "--gates",
+        "continue",
+        "goal",
+    )
     stop(project)
     assert "MAX_ITERATIONS" in stop(project)["systemMessage"]
     res = lw(project, "resume", "prompt", "--session", "S2")
@@ -173,7 +184,16 @@ def test_budget_file_override(project, tmp_path):
 
 def test_redaction_from_claude_md(project):
     (project / "CLAUDE.md").write_text("### Loop Logging\n- redact: `sk-live-[a-z0-9]+`\n")
-    lw(project, "start", "--session", "S1", "--max-iterations", "1", "--no-wrap-up", "deploy with key sk-live-abc123")
+    lw(
+        project,
+        "start",
+        "--session",
+        "S1",
+        "--max-iterations",
+        "1",
+        "--no-wrap-up",
+        "deploy with key sk-live-abc123",
+    )
     lw(project, "report", "--outcome", "failure", "--root-cause", "token sk-live-zzz9 rejected", session="S1")
     stop(project)
     for name in ("history.jsonl", "journal.jsonl", "report.md"):
