@@ -74,6 +74,27 @@ class Repo:
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_at))
 
 
+class _TLSServer(ThreadingHTTPServer):
+    """HTTPS whose TLS handshake happens in the request's own thread. Wrapping the listening
+    socket instead makes accept() shake hands in the serving thread, where one client that
+    connects and never speaks (a gh killed mid-connect) blocks the server, and shutdown, for good."""
+
+    def __init__(self, address, handler, context: ssl.SSLContext):
+        self.context = context
+        super().__init__(address, handler)
+
+    def finish_request(self, request, client_address) -> None:
+        request.settimeout(120)  # a bound on a silent client; gh answers in milliseconds
+        try:
+            tls = self.context.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError):
+            return
+        try:
+            self.RequestHandlerClass(tls, client_address, self)
+        finally:
+            tls.close()
+
+
 class FakeGitHub:
     def __init__(self, workdir: Path, slug: str = "acme/widgets", dependencies: bool = True):
         self.workdir = Path(workdir)
@@ -90,10 +111,9 @@ class FakeGitHub:
 
     def __enter__(self) -> FakeGitHub:
         handler = type("Handler", (_Handler,), {"gh": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(self.cert), str(self.key))
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.server = _TLSServer(("127.0.0.1", 0), handler, ctx)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         return self

@@ -114,11 +114,17 @@ class Trickle:
         with conn:
             data = b""
             while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
+                chunk = conn.recv(65536)
+                if not chunk:  # the client went away before its headers: nothing to answer
+                    return
+                data += chunk
             head, _, body = data.partition(b"\r\n\r\n")
             length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
             while len(body) < length:
-                body += conn.recv(65536)
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                body += chunk
             self.requests.append(body)
             try:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
