@@ -150,7 +150,8 @@ def test_merge_refuses_while_ci_is_red_and_a_merged_pr_cannot_be_watched(project
     pr = github.open_pull("Add", "feature/add")
     github.set_checks(pr, conclusion="failure")
     answer = start(project, f"--loop --pr {pr}")
-    assert "started (review mode)" in answer.get("hookSpecificOutput", {}).get("additionalContext", ""), answer
+    context = answer.get("hookSpecificOutput", {}).get("additionalContext", "")
+    assert "started (review mode)" in context, answer
     out = cli(project, "review", "merge", env={"CLAUDE_CODE_SESSION_ID": "S1", **github.env()})
     assert out.returncode == 3 and "CI is not green" in out.stderr
     assert not github.pull(pr)["merged"]
