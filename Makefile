@@ -42,7 +42,7 @@ demo: setup
 	$(PY) tests/demo.py
 
 bench: setup
-	$(PY) bench/bench_stop.py --check
+	$(PY) bench/bench_stop.py --check --fetch-ralph
 	$(PY) bench/bench_tasks.py --check
 
 validate: setup

@@ -5,7 +5,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
-from loopwright.bytecode import use  # noqa: E402
+from loopwright.state.bytecode import use  # noqa: E402
 
 use()  # bytecode from the plugin data directory's cache, never compiled from source
 from loopwright.runner.notify import main  # noqa: E402

@@ -6,6 +6,7 @@ gc.disable()  # a process of a few milliseconds: collecting would only walk the 
 
 import atexit  # noqa: E402
 import os  # noqa: E402
+import stat  # noqa: E402
 import sys  # noqa: E402
 
 EXIT = [1]  # what a Stop that raised exits with; the answer's code once there is one
@@ -22,11 +23,40 @@ def _leave() -> None:
         os._exit(EXIT[0])
 
 
-atexit.register(_leave)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
-from loopwright.bytecode import use  # noqa: E402
+# A copy of lib/loopwright/state/bytecode.py's (tests/events/test_bytecode.py keeps them equal):
+# the cache is chosen before anything of the package is read, so a Stop never compiles it.
+def cache_dir(environ=os.environ):
+    """The bytecode cache of the plugin data directory named by the environment
+    (CLAUDE_PLUGIN_DATA in hooks, LOOPWRIGHT_DATA in the agent's shell), made when
+    missing; None when there is none this process may trust."""
+    data = environ.get("CLAUDE_PLUGIN_DATA") or environ.get("LOOPWRIGHT_DATA")
+    if not data or not os.path.isabs(data) or "\0" in data:
+        return None
+    data = os.path.normpath(data)
+    project = environ.get("CLAUDE_PROJECT_DIR")
+    if project and (data + os.sep).startswith(os.path.normpath(project) + os.sep):
+        return None  # a project's files are data, never code
+    me = os.geteuid()
+    try:
+        top = os.stat(data)
+        if not stat.S_ISDIR(top.st_mode) or top.st_uid != me or top.st_mode & 0o022:
+            return None
+        path = os.path.join(data, "pycache")
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            os.mkdir(path, 0o700)  # the first process of a data directory the bootstrap never filled
+            st = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != me or st.st_mode & 0o077:
+        return None
+    return path
 
-use()  # bytecode from the plugin data directory's cache: a Stop never compiles the package
+
+atexit.register(_leave)
+sys.pycache_prefix = cache_dir()  # None: bytecode beside the sources, as Python does by default
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 from loopwright.events.entry import stop  # noqa: E402
 
 EXIT[0] = stop()

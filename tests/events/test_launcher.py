@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -194,4 +195,59 @@ def test_spaces_around_the_colon_are_the_same_shape(owned, recorder):
 def test_a_session_id_that_only_starts_like_the_owners_is_not_the_owner(owned, recorder):
     # "S" is a prefix of the owner "S1": the launcher compares whole ids.
     assert stop(owned, recorder, event(owned, "S")) is None
+    assert recorder.starts() == 0
+
+
+# --- the session named in the environment (CLAUDE_CODE_SESSION_ID) ----------------------------
+
+
+@pytest.fixture
+def tools_log(tmp_path):
+    """A PATH whose head, awk and rm log each start before running the real one."""
+    shims, log = tmp_path / "shims", tmp_path / "tools.log"
+    shims.mkdir()
+    for tool in ("head", "awk", "rm", "find", "cat"):
+        real = shutil.which(tool)
+        (shims / tool).write_text(f"#!/bin/sh\necho {tool} >> '{log}'\nexec '{real}' \"$@\"\n")
+        (shims / tool).chmod(0o755)
+    return shims, log
+
+
+def env_stop(project, recorder, payload: bytes, env_session: str, path: str | None = None):
+    env = lw_env(
+        CLAUDE_PROJECT_DIR=str(project),
+        LOOPWRIGHT_PYTHON=str(recorder.script),
+        CLAUDE_CODE_SESSION_ID=env_session,
+    )
+    if path:
+        env["PATH"] = f"{path}{os.pathsep}{env['PATH']}"
+    out = subprocess.run([str(STOP)], input=payload, capture_output=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if out.stdout.strip() else None
+
+
+def test_the_owner_named_in_the_environment_goes_to_python_without_a_copy(owned, recorder, tools_log):
+    shims, log = tools_log
+    payload = event(owned, "S1", last_assistant_message="working")
+    answer = env_stop(owned, recorder, payload, "S1", path=str(shims))
+    assert answer["decision"] == "block"
+    assert recorder.starts() == 1 and recorder.stdin() == payload
+    # Only the recorder's own cat ran: no copy of the event, no awk, no rm.
+    assert log.read_text().split() == ["cat"]
+    assert [n for n in os.listdir(os.environ["XDG_CONFIG_HOME"] + "/loopwright") if "stop-event" in n] == []
+
+
+def test_the_environment_never_decides_for_stdin(owned, recorder):
+    # The environment names the owner, the event another session: Python reads the event.
+    assert env_stop(owned, recorder, event(owned, "S2"), "S1") is None
+    assert recorder.starts() == 1
+    # The environment names another session, the event the owner: the owner's Stop is not lost.
+    assert env_stop(owned, recorder, event(owned, "S1"), "S2")["decision"] == "block"
+    assert recorder.starts() == 2
+
+
+@pytest.mark.parametrize("named", ["S1 ", "S1;true", "", "S"])
+def test_an_environment_that_does_not_name_the_owner_exactly_changes_nothing(owned, recorder, named):
+    # Read from stdin as before: another session's Stop passes without Python.
+    assert env_stop(owned, recorder, event(owned, "S2"), named) is None
     assert recorder.starts() == 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import stat
 
-from loopwright.core import schema
+from loopwright.core import jsoncodec, schema
 from loopwright.core.errors import LoopError, UnsafePath, UserError
 from loopwright.state import store, trust
 from loopwright.state.fspath import Path
@@ -277,6 +277,9 @@ def heal_owner_index(paths: LoopPaths, cfg: dict) -> None:
         os.close(fd)
 
 
+_VERIFIED: dict[str, tuple] = {}  # loop.json files this process verified (see load_config)
+
+
 def load_config(paths: LoopPaths, *, move_corrupt: bool = True) -> dict | None:
     """loop.json, only if this user's loopwright wrote it for this project and name.
 
@@ -298,6 +301,9 @@ def load_config(paths: LoopPaths, *, move_corrupt: bool = True) -> dict | None:
         key = trust.load_key()
     except trust.KeyProblem as exc:
         raise UntrustedLoop(paths.name, f"your loopwright key is unsafe: {exc}") from None
+    seen = (store.identity(paths.config), key)
+    if _VERIFIED.get(str(paths.config)) == (seen, cfg):
+        return cfg  # the Stop's second read (under the mutex) of a file unchanged since, same key
     why = trust.verify(cfg, paths.state, paths.name, key)
     if why:
         raise UntrustedLoop(paths.name, why)
@@ -311,6 +317,7 @@ def load_config(paths: LoopPaths, *, move_corrupt: bool = True) -> dict | None:
         why = trust.ended_earlier(cfg, paths.state, paths.name)
         if why:
             raise EndedCopy(paths.name, why)
+    _VERIFIED[str(paths.config)] = (seen, jsoncodec.loads(jsoncodec.dumps(cfg)))  # a copy no caller holds
     return cfg
 
 

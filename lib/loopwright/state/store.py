@@ -89,22 +89,15 @@ def others_can_change(st: os.stat_result) -> str | None:
     return None
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(str(directory), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
 def write_bytes_atomic(path: Path, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically: a reader sees the old or the new file,
-    never a mix, even when the writer is killed. ``durable`` also flushes the file and
-    its directory to disk, so the new version survives the machine dying; files that are
-    rewritten every tick and rebuilt from others (heartbeat, progress, ledger) skip it."""
+    never a mix, even when the writer is killed. ``durable`` flushes the new content to disk
+    before it takes the old one's place, so even the machine dying leaves one whole version
+    or the other, never a torn or empty file; files that are rewritten every tick and rebuilt
+    from others (heartbeat, progress, ledger) skip it. The directory is not flushed: the
+    rename reaches the disk with the file system's next commit (seconds), in order with the
+    writes around it, so a crash can only lose the last changes, all of them together (a
+    tick lost that way is counted again from the transcript). See docs/state-files.md."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
     fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -123,8 +116,16 @@ def write_bytes_atomic(path: Path, data: bytes, durable: bool = True) -> None:
         raise
     os.close(fd)
     os.replace(tmp, path)
-    if durable:
-        _fsync_dir(path.parent)
+
+
+def identity(path: Path) -> tuple | None:
+    """What changes whenever a file is written, replaced or put back: its inode and change
+    time (which no one can set back); None when it cannot be seen."""
+    try:
+        st = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_size
 
 
 def write_json(path: Path, obj: object, durable: bool = True) -> None:

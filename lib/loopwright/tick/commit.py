@@ -131,7 +131,9 @@ def _history(paths: loops.LoopPaths, rec: dict) -> None:
         _set_aside(paths, paths.history, rec)
         last = None
     if rec["history"] and not _seen(last, rec):
-        store.append_jsonl(paths.history, rec["history"])
+        # Not flushed: budget.json, flushed, carries the line until the next tick commits, and
+        # the file system keeps the append in order with that commit (see store.write_bytes_atomic).
+        store.append_jsonl_many(paths.history, [rec["history"]], durable=False)
 
 
 def _set_aside(paths: loops.LoopPaths, path: Path, rec: dict) -> None:
@@ -231,8 +233,8 @@ def _ledger(paths: loops.LoopPaths, rec: dict, ledger: dict | None, loop: dict) 
         for k, v in delta.items():
             slot[k] = round(slot.get(k, 0) + v, 6) if k == "dollars" else slot.get(k, 0) + v
     ledger["iteration"], ledger["tick"] = rec["iteration"], rec["id"]
-    # Not flushed: history and journal were (they come first), and a ledger that lost this
-    # write after a crash makes recover() apply the tick again, which is idempotent.
+    # Not flushed: a ledger that lost this write after a crash makes recover() apply the tick
+    # again, which is idempotent.
     store.write_json(paths.ledger, ledger, durable=False)
 
 
