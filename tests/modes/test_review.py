@@ -4,6 +4,7 @@ against the fake GitHub through the real gh CLI."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -140,6 +141,13 @@ def github(tmp_path, project, state, monkeypatch):
         yield fake
 
 
+def _journal(project) -> list[str]:
+    """The review loop's journal, to show why a Stop answered as it did."""
+    path = project / ".loopwright/loops/review/journal.jsonl"
+    env = [f"{k}={v}" for k, v in os.environ.items() if k.startswith(("CLAUDE", "LOOPWRIGHT"))]
+    return (path.read_text().splitlines()[-8:] if path.exists() else ["no journal"]) + env
+
+
 def start(project, args):
     raw = json.dumps({"prompt": f"/loopwright:review {args}", "session_id": "S1", "cwd": str(project)})
     return slash.handle(raw.encode())
@@ -165,11 +173,15 @@ def test_merge_refuses_while_ci_is_red_and_a_merged_pr_cannot_be_watched(project
 def test_wait_returns_when_the_pr_moves_and_leaves_its_marker(project, github):
     pr = github.open_pull("Add", "feature/add")
     github.set_checks(pr)
-    start(project, f"--loop --pr {pr}")
-    hook_stop(project, "S1", "ok")  # the first turn: a round
+    started = start(project, f"--loop --pr {pr}")
+    assert "started (review mode)" in started.get("hookSpecificOutput", {}).get("additionalContext", ""), (
+        started
+    )
+    first = hook_stop(project, "S1", "ok")  # the first turn: a round
+    assert first and first.get("decision") == "block", (first, _journal(project))
     github.comment(pr, "looks fine", login="loop-bot")
     after = hook_stop(project, "S1", "round done")
-    assert "loopwright review wait" in after["reason"]
+    assert after and "loopwright review wait" in after["reason"], (after, _journal(project))
     github.comment(pr, "one more thing", login="alice")
     env = {"CLAUDE_CODE_SESSION_ID": "S1", **github.env()}
     out = cli(project, "review", "wait", "--max-wait", "20", "--poll", "0.2", env=env)
