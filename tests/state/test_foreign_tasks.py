@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from conftest import REPO, cli, hook_stop, lw_env
@@ -264,6 +264,7 @@ def test_only_open_tasks_are_quoted_and_long_ones_are_cut():
 
 
 @given(st.lists(st.text(min_size=0, max_size=80), min_size=1, max_size=40), st.integers(200, 3000))
+@example(texts=["\u2028"], budget=205)  # a line separator once ended a quoted line early
 def test_quoted_tasks_stay_within_the_budget(texts, budget):
     reg = registry(*[t or "x" for t in texts])
     text = tasksource.render_foreign(reg, "tasks.txt", budget)

@@ -16,6 +16,9 @@ from __future__ import annotations
 # text with nothing to escape (str.isprintable() holds for each line: it is False for
 # every character below, and for more) is returned as it is.
 _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+# Unicode's line and paragraph separators: str.splitlines() and some renderers break lines
+# there, so a quoted line could end early and the rest read as loopwright's own text.
+_BREAKS = (0x2028, 0x2029)
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
 _TABLES: list[dict] = []  # [one line, keeping newlines and tabs, JSON]
 
@@ -29,9 +32,9 @@ def _shown(code: int) -> str:
 
 def _tables() -> list[dict]:
     if not _TABLES:
-        line = {c: _shown(c) for c in (*range(0x20), *range(0x7F, 0xA0), *_BIDI)}
+        line = {c: _shown(c) for c in (*range(0x20), *range(0x7F, 0xA0), *_BIDI, *_BREAKS)}
         kept = {c: v for c, v in line.items() if c not in (0x09, 0x0A)}  # tab, newline kept
-        _TABLES.extend((line, kept, {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), *_BIDI)}))
+        _TABLES.extend((line, kept, {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), *_BIDI, *_BREAKS)}))
     return _TABLES
 
 
