@@ -15,6 +15,16 @@ from conftest import KEY_HOME, REPO, lw_env
 FEEDBACK = "Stop hook feedback"
 
 
+def usage(inp: int, out: int = 0, cw: int = 0, cr: int = 0) -> dict[str, int]:
+    """A scripted reply's token usage (input, output, cache write, cache read)."""
+    return {
+        "input_tokens": inp,
+        "output_tokens": out,
+        "cache_creation_input_tokens": cw,
+        "cache_read_input_tokens": cr,
+    }
+
+
 def loop_dir(project: Path, name: str = "prompt") -> Path:
     return project / ".loopwright" / "loops" / name
 

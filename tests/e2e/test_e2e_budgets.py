@@ -40,6 +40,7 @@ from e2e_support import (
     loop_json,
     prompt_context,
     stop_answers,
+    usage,
 )  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -93,15 +94,6 @@ def loopwright(
         env=lw_env(**extra),
         timeout=60,
     )
-
-
-def usage(inp: int, out: int, cw: int = 0, cr: int = 0) -> dict[str, int]:
-    return {
-        "input_tokens": inp,
-        "output_tokens": out,
-        "cache_creation_input_tokens": cw,
-        "cache_read_input_tokens": cr,
-    }
 
 
 def rate_key(model: str) -> str:

@@ -21,20 +21,12 @@ from e2e_support import (
     loop_json,
     loopwright,
     stop_answers,
+    usage,
 )  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
 HANDOFF_TEXT = "## Done\\n- parser in src/parse.py\\n## Left\\n- the CLI\\n## How to continue\\n- make test"
-
-
-def usage(inp: int, out: int = 0) -> dict[str, int]:
-    return {
-        "input_tokens": inp,
-        "output_tokens": out,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-    }
 
 
 def write_handoff(text: str = "Writing the handoff.", u: dict | None = None) -> fakeapi.Reply:
