@@ -295,12 +295,13 @@ def with_tasks(project: Path, n: int) -> None:
             fh.write(task_line(i) if i % 3 else task_line(i - 1, "done"))
 
 
-def plugin_data(root: Path) -> Path:
-    """A plugin data directory with the bytecode cache the SessionStart bootstrap builds."""
-    data = root / "plugin-data"
+def plugin_data(root: Path, plugin: Path = REPO, name: str = "plugin-data") -> Path:
+    """A plugin data directory with the bytecode cache the SessionStart bootstrap builds for
+    ``plugin`` (its .pyc files and its code archive)."""
+    data = root / name
     data.mkdir(mode=0o755)
     script = REPO / "lib" / "loopwright" / "state" / "precompile.py"
-    argv = [sys.executable, "-I", "-S", str(script), str(REPO / "lib"), str(data), "bench", os.devnull]
+    argv = [sys.executable, "-I", "-S", str(script), str(plugin / "lib"), str(data), "bench", os.devnull]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     return data
 
@@ -487,6 +488,7 @@ def prompt_series(args, root: Path, small: Path, big: Path, grow: Grower) -> tup
     )
     read_only = read_only_plugin(root)
     owner = env_for(p_small, "BENCH")
+    read_only_env = dict(owner, CLAUDE_PLUGIN_DATA=str(plugin_data(root, read_only, "read-only-data")))
     no_cache = {k: v for k, v in owner.items() if k != "CLAUDE_PLUGIN_DATA"}
     series = {
         "bare python -c pass": lambda n: timed([sys.executable, "-c", "pass"], b"", env_for(None), n),
@@ -499,7 +501,7 @@ def prompt_series(args, root: Path, small: Path, big: Path, grow: Grower) -> tup
             [str(STOP)], ev_small, dict(owner, PYTHONDONTWRITEBYTECODE="1"), n, grow(small)
         ),
         "  read-only plugin": lambda n: timed(
-            [str(read_only / "hooks" / "stop")], ev_small, owner, n, grow(small)
+            [str(read_only / "hooks" / "stop")], ev_small, read_only_env, n, grow(small)
         ),
         "  ... without the cache": lambda n: timed(
             [str(read_only / "hooks" / "stop")], ev_small, no_cache, n, grow(small)

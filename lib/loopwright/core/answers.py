@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import gates, judge
+from loopwright.core import gates
 from loopwright.core.outcomes import gate_stop
 
 
@@ -17,6 +17,8 @@ def note_answer(t, gate: dict, answer: str) -> None:
             f"retry {gate.get('item') or 'the failing item'} once more, with a different approach."
         )
     elif gate["name"] == gates.JUDGE:
+        from loopwright.core import judge
+
         judge.on_answer(t, answer)
 
 
@@ -39,6 +41,8 @@ def apply_answers(t) -> tuple[str | None, str, list[str]]:
                 ["prior_gate_stop"],
             )
         if gate["name"] == gates.JUDGE and answer == "accept":
+            from loopwright.core import judge
+
             b["pending_gates"] = []
             return judge.accepted()
         if gate["name"] == gates.BUDGET_ESCALATION and answer == "raise":

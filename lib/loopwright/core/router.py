@@ -16,7 +16,7 @@ loop that finishes on its last allowed iteration is done, not exhausted); the
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import checks, gates, judge, prompts, wrapup
+from loopwright.core import checks, gates, prompts, wrapup
 from loopwright.core.answers import apply_answers, note_answer
 from loopwright.core.completion import completion_claimed
 from loopwright.core.modeapi import PromptParts
@@ -163,6 +163,10 @@ def needs_verification(snap: Snapshot) -> bool:
 def needs_judgement(snap: Snapshot) -> bool:
     """Whether this Stop must ask the loop's --judge: a claim the task gate and the
     --verify check (run first) let through, outside a wrap-up turn (core/judge.py)."""
+    if not snap.loop.get("judge"):
+        return False  # no judge in this loop: a Stop does not even load its module
+    from loopwright.core import judge
+
     return judge.wanted(snap)
 
 
@@ -374,10 +378,12 @@ def _next_prompt(t: TickState, mstep, history: dict) -> Decision:
     backprop = t.backprop_new or snap.backprop_pending
     if backprop:
         prompt = checks.directive(backprop) + "\n\n" + prompt
-    if t.judged:  # the judge's word on this claim opens the prompt
-        prompt = judge.directive(t.judged) + "\n\n" + prompt
     status = prompts.status_line(loop, b, t.iteration + 1, snap.mode.status_parts(loop, b))
-    status += judge.status_note(t.judged)
+    if t.judged:  # the judge's word on this claim opens the prompt
+        from loopwright.core import judge
+
+        prompt = judge.directive(t.judged) + "\n\n" + prompt
+        status += judge.status_note(t.judged)
     return Decision(
         CONTINUE,
         reason,

@@ -4,7 +4,7 @@ its gates (before any budget), then the 100% stop conditions."""
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import checks, judge
+from loopwright.core import checks
 from loopwright.core.completion import completion_claimed
 from loopwright.core.modeapi import DIMENSIONS
 from loopwright.core.outcomes import (
@@ -128,6 +128,8 @@ def completion_gates(t) -> str | None:
                 "seconds": result.get("seconds"),
             }
         )
-    if judge.enabled(snap.loop):  # last: the judge is asked only about claims the checks let through
-        return judge.review(t)
+    if snap.loop.get("judge"):  # last: the judge is asked only about claims the checks let through
+        from loopwright.core import judge
+
+        return judge.review(t) if judge.enabled(snap.loop) else None
     return None

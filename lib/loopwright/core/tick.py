@@ -4,7 +4,7 @@ the agent's reports, the block-cap bookkeeping and the iteration's history line.
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import gates, judge
+from loopwright.core import gates
 from loopwright.core.clock import now_iso
 from loopwright.core.modeapi import Tick
 from loopwright.core.outcomes import CONTINUE, PAUSE
@@ -68,7 +68,10 @@ def fold_turn(t) -> dict:
     before["iterations"] = float(b.get("iterations_used", 0))
     b["minutes_elapsed"] = budgets.minutes_elapsed(b, snap.now)
     t.delta = budgets.add_usage(b, snap.turn.usage)
-    judge.fold(t)  # the judge's tokens count with the turn's, before the pricing below
+    if snap.judge_result:  # the judge's tokens count with the turn's, before the pricing below
+        from loopwright.core import judge
+
+        judge.fold(t)
     b["cursor"] = snap.turn.cursor.to_dict()
     t.dollars_before = float(b.get("dollars_estimate", 0.0))
     price(t, snap.rates or table(None))

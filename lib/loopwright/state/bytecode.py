@@ -12,7 +12,9 @@ holds a copy of :func:`cache_dir`, kept equal by a test, so that nothing of the 
 read before the cache is chosen; the other launchers import this module first.
 
 Python checks each cached file against its source (size and modification time) as it does
-in ``__pycache__``: an edited module is compiled once and cached again.
+in ``__pycache__``: an edited module is compiled once and cached again. The bootstrap also
+writes the whole package into one file of the cache (state/codearchive.py), which the
+launchers read instead of searching the path for each module.
 
 Bytecode is code: a cache another user can write would run their code in every hook. So it
 is used only when the cache is this user's own directory that nobody else can enter (0700)
@@ -59,8 +61,13 @@ def cache_dir(environ=os.environ):
 
 
 def use(environ=os.environ) -> str | None:
-    """Read and write bytecode in the cache from now on, when there is one to trust."""
+    """Read and write bytecode in the cache from now on, when there is one to trust, and
+    read the package's modules from its archive (state/codearchive.py) when it has one."""
     path = cache_dir(environ)
     if path is not None:
         sys.pycache_prefix = path
+        from loopwright.state import codearchive
+
+        lib = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        codearchive.install(path, lib)
     return path

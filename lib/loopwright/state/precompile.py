@@ -2,7 +2,8 @@
 SessionStart bootstrap (hooks/session-start) as a script, in a fresh ``python -I -S`` as the
 hooks run: ``precompile.py LIB DATA BUILT_FOR MANIFEST``.
 
-The package is compiled whole, and every standard module and dependency it imports is
+The package is compiled whole, into ``.pyc`` files and into one archive the hooks read
+(state/codearchive.py), and every standard module and dependency it imports is
 compiled too: under a cache Python reads no ``__pycache__`` at all, the standard library's
 included, so a module missing from the cache would be compiled by the first hook that needs it.
 """
@@ -45,6 +46,10 @@ def build(lib, cache):
     import site
 
     ok = compileall.compile_dir(lib, quiet=1, workers=1)
+    sys.path.insert(0, lib)
+    from loopwright.state import codearchive
+
+    codearchive.build(lib, cache)  # what the hooks read: every module of the package in one file
     site.main()  # the plugin's virtual environment, as state/lock.py adds it when a Stop needs psutil
     for name in imported_names(lib):
         try:
