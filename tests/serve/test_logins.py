@@ -14,8 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from starlette.testclient import TestClient
 
+from loopwright.registry import open_registry
 from loopwright.serve import app as api
-from loopwright.serve import logins, registry, token
+from loopwright.serve import logins, token
 
 TOKEN = "t" * 40
 
@@ -28,7 +29,7 @@ def home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def monitor(tmp_path, project, home):
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     yield api.Monitor([project], reg, None, TOKEN, home=home)
     reg.close()
 

@@ -13,8 +13,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from conftest import REPO, lw_env
+from loopwright.registry import open_registry
 from loopwright.serve import app as api
-from loopwright.serve import files, registry
+from loopwright.serve import files
 
 TOKEN = "t" * 40
 
@@ -31,7 +32,7 @@ class FakeRuns:
 
 @pytest.fixture
 def monitor(tmp_path, project):
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     yield api.Monitor([project], reg, FakeRuns(reg), TOKEN)
     reg.close()
 

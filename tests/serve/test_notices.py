@@ -8,7 +8,8 @@ import json
 import subprocess
 
 from conftest import REPO, lw_env
-from loopwright.serve import notices, registry
+from loopwright.registry import open_registry
+from loopwright.serve import notices
 
 
 def lw(project, *args):
@@ -39,8 +40,9 @@ def ask_gate(project, name: str, asked_at: str) -> None:
 
 
 def since(reg, when: str) -> None:
-    with reg.lock:
-        reg.db.execute("INSERT OR REPLACE INTO notified (key, at) VALUES ('#since', ?)", (when,))
+    with reg.backend.tx() as tx:
+        tx.run("DELETE FROM notified WHERE key = '#since'")
+        tx.run("INSERT INTO notified (key, at) VALUES ('#since', %s)", (when,))
 
 
 def test_each_end_and_each_waiting_gate_is_told_once(tmp_path, project):
@@ -48,7 +50,7 @@ def test_each_end_and_each_waiting_gate_is_told_once(tmp_path, project):
     lw(project, "cancel", "done")
     lw(project, "start", "--session", "S2", "--name", "gated", "goal two")
     ask_gate(project, "gated", "2030-01-01T00:00:00Z")
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     since(reg, "2000-01-01T00:00:00Z")
     sent = tmp_path / "sent.jsonl"
     watcher = notices.Watcher([project], reg, [f"command:cat >> {sent}; echo >> {sent}"], print)
@@ -77,7 +79,7 @@ def test_each_end_and_each_waiting_gate_is_told_once(tmp_path, project):
 def test_events_from_before_the_first_notice_are_not_news(tmp_path, project):
     lw(project, "start", "--session", "S1", "--name", "done", "goal one")
     lw(project, "cancel", "done")
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     since(reg, "2999-01-01T00:00:00Z")  # notifying began after everything on disk
     assert notices.Watcher([project], reg, ["desktop"], print).scan() == []
     since(reg, "2000-01-01T00:00:00Z")
@@ -92,7 +94,7 @@ def test_a_loop_this_user_did_not_write_is_not_read(tmp_path, project):
     forged = json.loads(config.read_text())
     forged["outcome"] = "FORGED"
     config.write_text(json.dumps(forged))  # its signature no longer verifies
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     since(reg, "2000-01-01T00:00:00Z")
     assert notices.Watcher([project], reg, ["desktop"], print).scan() == []
     reg.close()

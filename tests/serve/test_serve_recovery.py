@@ -12,7 +12,8 @@ import sys
 import psutil
 
 from conftest import REPO, hook_stop, lw_env
-from loopwright.serve import registry, runs
+from loopwright.registry import migrations, open_registry
+from loopwright.serve import runs
 from waiting import wait_for
 
 GONE_PID = 2**22 + 12345  # above any pid_max: never a live process
@@ -33,8 +34,9 @@ def lw(project, *args):
 class Driver:
     """Records what recovery asked of the monitor's runs (resume, adopt)."""
 
-    def __init__(self):
+    def __init__(self, events=None):
         self.resumed, self.adopted = [], []
+        self.events = events  # where runners' event files are (dropped for runs that are gone)
 
     def resume(self, row):
         self.resumed.append(row["id"])
@@ -69,7 +71,7 @@ def test_recovery_marks_each_run_from_its_loop(tmp_path, project):
     ]
     budget_path.write_text(json.dumps(budget))
 
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     active = running(reg, "S1", project, loop="active", pid=GONE_PID)
     ended = running(reg, "S2", project, pid=GONE_PID)  # its runner never said which loop it started
     gated = running(reg, "S3", project, loop="gated", pid=GONE_PID)
@@ -78,7 +80,7 @@ def test_recovery_marks_each_run_from_its_loop(tmp_path, project):
     alive = running(reg, "S5", project, pid=me.pid, pid_started=me.create_time())
     reused = running(reg, "S6", project, pid=me.pid, pid_started=me.create_time() - 3600)
 
-    driver = Driver()
+    driver = Driver(tmp_path / "events")
     notes = runs.recover(reg, driver, None)
     assert driver.resumed == [active] and driver.adopted == [alive], notes
     done = reg.get(ended)
@@ -97,14 +99,14 @@ def test_an_old_registry_gains_the_create_time_column(tmp_path):
 
     path = tmp_path / "runs.sqlite"
     old = sqlite3.connect(path)
-    old.execute(registry.SCHEMA.replace("    pid_started REAL,\n", ""))
+    old.executescript(migrations.sql_for(migrations.RUNS, "sqlite").replace("    pid_started REAL,\n", ""))
     old.execute(
         "INSERT INTO runs (id, session, project, status, pid, created_at, updated_at) "
         "VALUES ('r1', 'S1', '/p', 'running', 7, 'x', 'x')"
     )
     old.commit()
     old.close()
-    reg = registry.Registry(str(path))
+    reg = open_registry(str(path))
     assert reg.get("r1")["pid_started"] is None and reg.get("r1")["pid"] == 7
     reg.close()
 
@@ -113,7 +115,7 @@ def test_an_adopted_run_is_followed_to_its_loops_end(tmp_path, project):
     """A real process stands in for the runner the monitor lost: while it lives the row
     follows the loop's progress; when the loop ends the row takes its outcome."""
     lw(project, "start", "--session", "S1", "goal")
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         started = psutil.Process(stand_in.pid).create_time()
@@ -135,7 +137,7 @@ def test_an_adopted_run_is_followed_to_its_loops_end(tmp_path, project):
 
 def test_an_adopted_run_whose_runner_dies_with_its_loop_active_is_lost(tmp_path, project):
     lw(project, "start", "--session", "S1", "goal")
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     started = psutil.Process(stand_in.pid).create_time()
     run_id = running(reg, "S1", project, loop="prompt", pid=stand_in.pid, pid_started=started)
@@ -151,7 +153,7 @@ def test_an_adopted_run_whose_runner_dies_with_its_loop_active_is_lost(tmp_path,
 def test_a_runners_events_are_read_from_its_file_as_they_come(tmp_path, project):
     """The runner writes its events to a private file (a pipe would break under it when the
     monitor is killed): lines are folded as they land, a line cut in two included."""
-    reg = registry.Registry(str(tmp_path / "runs.sqlite"))
+    reg = open_registry(str(tmp_path / "runs.sqlite"))
     row = reg.add("S1", str(project))
     jobs = runs.Runs(reg)
     log = jobs._events_file(row["id"])

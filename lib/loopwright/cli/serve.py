@@ -36,8 +36,15 @@ from loopwright.cli.base import Ctx, echo, fail
     metavar="HOW",
     help="desktop, webhook:URL, slack:URL or command:CMD, told once when a loop shown ends or a gate waits.",
 )
+@click.option(
+    "--db",
+    envvar="LOOPWRIGHT_DATABASE_URL",
+    metavar="URL",
+    help="The run registry: postgresql://… for a fleet's shared database (default: a SQLite file "
+    "in the monitor's data directory).",
+)
 @click.pass_obj
-def serve(obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify) -> None:
+def serve(obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify, db) -> None:
     """Serve the REST API of this machine's runs on 127.0.0.1 (token in the monitor's data
     directory). Runs left behind by an earlier monitor are picked up again."""
     if new_login:
@@ -45,16 +52,16 @@ def serve(obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify) 
     try:
         import uvicorn
 
-        from loopwright.serve import app, logins, registry, runs, token
+        from loopwright.serve import app, logins, runs, token
     except ImportError as exc:
         fail(f"the monitor needs its web packages ({exc.name}); reinstall: pip install -r requirements.txt")
     home = token.data_dir()
     secret = token.token(home)
-    reg = registry.Registry(str(home / "runs.sqlite"))
+    reg = _registry(db, home)
     runner_args = (["--claude", claude_bin] if claude_bin else []) + [
         f"--claude-arg={a}" for a in claude_args
     ]
-    jobs = runs.Runs(reg, runner_args)
+    jobs = runs.Runs(reg, runner_args, events=home / "events")
     served = [Path(p).resolve() for p in projects] or [obj.project_dir.resolve()]
     for note in runs.recover(reg, jobs, _loop_active):
         echo(f"loopwright serve: {note}")
@@ -79,6 +86,16 @@ def serve(obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify) 
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         logins.forget(home)
+
+
+def _registry(db: str | None, home: Path):
+    """The registry --db names, or the monitor's own SQLite file; one line when it cannot be used."""
+    from loopwright.registry import RegistryError, open_registry
+
+    try:
+        return open_registry(db, default=str(home / "runs.sqlite"))
+    except RegistryError as exc:
+        fail(str(exc))
 
 
 def _print_login() -> None:

@@ -26,8 +26,8 @@ from loopwright.actions import gates, pick
 from loopwright.actions.overview import spend_by_iteration, summaries
 from loopwright.core import jsoncodec
 from loopwright.core.errors import UserError
+from loopwright.registry import Busy
 from loopwright.serve import files, logins, page
-from loopwright.serve.registry import Busy
 from loopwright.state import loops
 
 MAX_BODY = 64 * 1024

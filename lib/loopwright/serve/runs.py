@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 from loopwright.core.clock import now_iso
-from loopwright.serve.registry import LIVE, Registry
+from loopwright.registry import LIVE, Registry
 from loopwright.state import loops
 
 PLUGIN_ROOT = Path(__file__).resolve().parents[3]  # lib/loopwright/serve/runs.py
@@ -29,8 +29,12 @@ LOST = "lost"  # the runner is gone and the loop was left active: nobody drives 
 
 
 class Runs:
-    def __init__(self, registry: Registry, runner_args: tuple = (), poll: float = 1.0):
+    def __init__(
+        self, registry: Registry, runner_args: tuple = (), poll: float = 1.0, events: Path | None = None
+    ):
         self.registry = registry
+        # Where runners write their JSON events for this monitor (its data directory's events/).
+        self.events = events or Path(registry.path).resolve().parent / "events"
         self.runner_args = tuple(runner_args)  # --claude, --claude-arg ... for every run
         self.procs: dict[str, subprocess.Popen] = {}
         self.poll = poll  # seconds between looks at an adopted run's loop
@@ -72,9 +76,8 @@ class Runs:
         threading.Thread(target=self._follow, args=(run_id, proc, log), daemon=True).start()
 
     def _events_file(self, run_id: str) -> Path:
-        folder = Path(self.registry.path).resolve().parent / "events"
-        folder.mkdir(mode=0o700, exist_ok=True)
-        return folder / f"{run_id}-{uuid.uuid4().hex[:8]}.jsonl"
+        self.events.mkdir(mode=0o700, exist_ok=True)
+        return self.events / f"{run_id}-{uuid.uuid4().hex[:8]}.jsonl"
 
     def _follow(self, run_id: str, proc: subprocess.Popen, log: Path) -> None:
         rest = b""
@@ -119,7 +122,7 @@ class Runs:
             if change.get("status", row["status"]) not in LIVE:
                 break
             time.sleep(self.poll)
-        drop_events(self.registry, run_id)
+        drop_events(self.events, run_id)
 
     def stop(self, row: dict, loop_paths) -> None:
         """Ask the run's loop to stop between turns (the loop's stop file)."""
@@ -185,14 +188,14 @@ def recover(registry: Registry, runs: Runs, loop_active=None) -> list[str]:
             continue
         change = settle(row, cfg, progress, waiting, alive=False)
         registry.update(row["id"], **change)
-        drop_events(registry, row["id"])
+        drop_events(runs.events, row["id"])
         notes.append(f"run {row['id']}: its runner was gone; marked {change['status']}")
     return notes
 
 
-def drop_events(registry: Registry, run_id: str) -> None:
+def drop_events(folder: Path, run_id: str) -> None:
     """The events a run's runner wrote for a monitor that is gone: nobody reads them now."""
-    for log in (Path(registry.path).resolve().parent / "events").glob(f"{run_id}-*.jsonl"):
+    for log in folder.glob(f"{run_id}-*.jsonl"):
         with contextlib.suppress(OSError):
             log.unlink()
 
