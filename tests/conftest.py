@@ -24,6 +24,9 @@ from hypothesis import settings  # noqa: E402
 import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
 
+# The throwaway PostgreSQL's fixtures, and its hook that marks them skipped without one.
+from pgcluster import pg_cluster, pg_url, pytest_collection_modifyitems, registry_url  # noqa: E402,F401
+
 # The per-user key that signs loops (loopwright/trust.py) lives under
 # $XDG_CONFIG_HOME: one scratch directory for the whole run, shared by in-process
 # calls, CLI subprocesses and the real Claude Code CLI, never the developer's own.
