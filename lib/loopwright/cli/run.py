@@ -110,6 +110,13 @@ class Reporter:
     help="desktop, webhook:URL, slack:URL or command:CMD; repeatable. Also .loopwright.json's run.notify.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
+@click.option(
+    "--carry",
+    "carry_file",
+    type=click.Path(dir_okay=False, exists=True),
+    hidden=True,
+    help="A fleet worker's JSON {counters, handoff}: the new loop goes on from them (actions/carry.py).",
+)
 @click.pass_obj
 def run(
     obj: Ctx,
@@ -124,6 +131,7 @@ def run(
     quota_wait,
     notify,
     as_json,
+    carry_file,
     **limits,
 ):
     """Run a loop unattended in a headless Claude Code client until it ends. PROMPT is a goal,
@@ -165,9 +173,29 @@ def run(
                 if value is not None:
                     setattr(req, attr, value)
             first = job.start(req)
+        if carry_file and not loop_name:
+            first = _carried(obj, job, carry_file) + first
     except UserError as exc:
         fail(str(exc))
     sys.exit(job.go(first))
+
+
+def _carried(obj: Ctx, job, carry_file: str) -> str:
+    """The counters and handoff another machine's worker left, put into the new loop; the
+    handoff's text, to open the first prompt with."""
+    from loopwright.actions import carry
+    from loopwright.core import jsoncodec
+
+    try:
+        with open(carry_file, "rb") as fh:
+            data = jsoncodec.loads(fh.read(1 << 20))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--carry {carry_file}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--carry {carry_file}: not a JSON object")
+    handoff = data.get("handoff") if isinstance(data.get("handoff"), str) else None
+    carry.apply(obj.state, job.paths.name, data.get("counters") or {}, handoff, session=job.session)
+    return f"{handoff}\n\n---\n\n" if handoff else ""
 
 
 def _mode_command(words: tuple, limits: dict) -> str | None:
