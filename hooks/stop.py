@@ -73,7 +73,7 @@ def boot(cache, lib) -> None:
     except (OSError, ValueError, EOFError, TypeError):
         os.close(fd)
         return
-    archive.serve(fd, 12 + size, lib)
+    archive.serve(fd, 12 + size, lib, preload=True)  # one thread here: no import locks needed
 
 
 atexit.register(_leave)

@@ -73,10 +73,10 @@ def test_a_carried_loop_goes_on_from_its_counters_and_opens_with_the_handoff(pro
     budget = json.loads((project / ".loopwright/loops/prompt/budget.json").read_text())
     assert budget["iterations_used"] == 4  # three carried, one here
     assert budget["dollars_estimate"] > 0.75 and budget["tokens_in"] > 1000  # $0.75 priced from the tokens
-    assert budget["minutes_elapsed"] >= 12.5
     assert (project / ".loopwright/loops/prompt/handoff.md").read_text().startswith("HANDOFF:")
-    journal = (project / ".loopwright/loops/prompt/journal.jsonl").read_text()
-    assert '"event":"carried"' in journal.replace(" ", "")
+    lines = (project / ".loopwright/loops/prompt/journal.jsonl").read_text().splitlines()
+    carried = [json.loads(x) for x in lines if '"carried"' in x]
+    assert len(carried) == 1 and carried[0]["iterations_used"] == 3 and carried[0]["minutes_elapsed"] == 12.5
 
 
 def test_carried_iterations_count_against_the_ceiling(project, home, tmp_path):

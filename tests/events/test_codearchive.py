@@ -177,7 +177,7 @@ text = (
 blobs = data[boot + 8 + size:]
 planted = marshal.dumps(compile(text, source, "exec"))
 entry = list(index["loopwright.events.entry"])
-entry[4:] = [len(blobs), len(planted)]
+entry[4:6] = [len(blobs), len(planted)]
 index["loopwright.events.entry"] = tuple(entry)
 head = marshal.dumps((fmt, built_for, index))
 with open(path, "wb") as fh:
@@ -248,3 +248,45 @@ def test_the_bootstrap_builds_the_archive(tmp_path):
     assert archive.is_file()
     seen = probe(REPO / "lib", data / "pycache", "loopwright.core.router")
     assert seen["loopwright.core.router"][0] == "ArchiveFinder"
+
+
+# --- the Stop hook loads a module's whole tree of imports at once (preload) --------------------
+
+
+def test_the_stop_hook_preloads_from_the_archive_and_an_edited_module_from_its_source(project, tmp_path):
+    """Every module the Stop's router needs comes from the archive in one go, except one edited
+    since the archive was built: that one is Python's own import, and runs its new source."""
+    lib = copy_lib(tmp_path / "plugin" / "lib")
+    cache, mark = private_cache(tmp_path), tmp_path / "ran"
+    build(lib, cache)
+    clock = lib / "loopwright" / "core" / "clock.py"
+    flags = "_o.O_WRONLY | _o.O_CREAT | _o.O_APPEND"
+    marker = f"\nimport os as _o\n_o.write(_o.open({str(mark)!r}, {flags}), b'src\\n')\n"
+    clock.write_text(clock.read_text() + marker)
+    stop_hook(lib, cache.parent, project)
+    assert mark.read_text() == "src\n"  # imported once, from its source, by what needs it
+
+
+def test_load_orders_put_each_module_after_what_it_needs():
+    from loopwright.state import codedeps
+
+    known = {"p", "p.a", "p.b", "p.c", "p.d"}
+    src = {
+        "p": b"",
+        "p.a": b"from p import b\nclass K:\n    from p import c\ndef f():\n    from p import d\n",
+        "p.b": b"import p.c\n",
+        "p.c": b"try:\n    import p.d\nexcept ImportError:\n    pass\n",
+        "p.d": b"",
+    }
+    graph = {n: codedeps.direct(n, s, known) for n, s in src.items()}
+    assert graph["p.a"] == ["p", "p.b", "p.c"]  # the import inside f() is not needed to run p.a
+    orders = codedeps.load_orders(graph)
+    assert orders["p.a"] == ("p", "p.d", "p.c", "p.b")
+    assert orders["p.d"] == ("p",) and orders["p"] == ()
+
+
+def test_a_cycle_stops_the_walk_where_it_closes():
+    from loopwright.state import codedeps
+
+    orders = codedeps.load_orders({"x": ["y"], "y": ["x"]})
+    assert orders == {"x": ("y",), "y": ("x",)}

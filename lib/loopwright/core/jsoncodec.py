@@ -110,11 +110,19 @@ def _key(k) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
 
 
+_NESTED = (dict, list, tuple)
+
+
 def _pretty(obj, pad: str) -> str:
-    """``obj`` laid out as json.dumps(indent=2) does, starting at indentation ``pad``."""
+    """``obj`` laid out as json.dumps(indent=2) does, starting at indentation ``pad``. (Every
+    tick writes four state files this way: plain values are encoded in place, without a call.)"""
     inner = pad + "  "
     if isinstance(obj, dict) and obj:
-        items = [f"{inner}{_encode_str(_key(k))}: {_pretty(v, inner)}" for k, v in obj.items()]
+        items = [
+            f"{inner}{_encode_str(k if type(k) is str else _key(k))}: "
+            + (_pretty(v, inner) if isinstance(v, _NESTED) else _compact(v))
+            for k, v in obj.items()
+        ]
         return "{\n" + ",\n".join(items) + f"\n{pad}}}"
     if isinstance(obj, (list, tuple)) and obj:
         return "[\n" + ",\n".join(inner + _pretty(v, inner) for v in obj) + f"\n{pad}]"

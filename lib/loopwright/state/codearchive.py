@@ -31,7 +31,7 @@ import stat
 import sys
 
 NAME = "loopwright.code"
-FORMAT = 2
+FORMAT = 3
 _LEN = 8  # bytes of each length field
 
 
@@ -58,22 +58,28 @@ def _modules(lib: str):
                 yield ".".join([*parts, name[:-3]]), path, False
 
 
-def _compiled(path: str) -> tuple[bytes, os.stat_result]:
+def _compiled(path: str) -> tuple[bytes, os.stat_result, bytes]:
     with open(path, "rb") as fh:
         st = os.fstat(fh.fileno())
-        return marshal.dumps(compile(fh.read(), path, "exec", dont_inherit=True)), st
+        source = fh.read()
+    return marshal.dumps(compile(source, path, "exec", dont_inherit=True)), st, source
 
 
 def build(lib: str, cache: str) -> str:
     """Write the archive of the package under ``lib`` into ``cache`` (put in place whole);
     its path."""
+    from loopwright.state import codedeps
+
     lib = os.path.abspath(lib)
-    index, blobs, offset = {}, [], 0
+    index, blobs, offset, sources = {}, [], 0, {}
     for name, path, package in _modules(lib):
-        blob, st = _compiled(path)
+        blob, st, sources[name] = _compiled(path)
         index[name] = (path, package, st.st_mtime_ns, st.st_size, offset, len(blob))
         blobs.append(blob)
         offset += len(blob)
+    known = set(index)
+    orders = codedeps.load_orders({n: codedeps.direct(n, src, known) for n, src in sources.items()})
+    index = {n: (*entry, orders[n]) for n, entry in index.items()}
     boot = _compiled(os.path.join(lib, "loopwright", "state", "codearchive.py"))[0]
     head = marshal.dumps((FORMAT, lib, index))
     target = os.path.join(cache, NAME)
@@ -93,35 +99,65 @@ def build(lib: str, cache: str) -> str:
 
 
 class ArchiveFinder:
-    """A meta path finder and loader for the modules of one archive."""
+    """A meta path finder and loader for the modules of one archive. With ``preload`` (for a
+    hook's single thread only: it takes no import locks), a module's whole tree of imports is
+    loaded before it, straight from the archive, each module after the ones it needs: the
+    order Python's own imports would run them in, without their search and bookkeeping
+    (about 20 µs a module)."""
 
-    def __init__(self, fd: int, base: int, index: dict) -> None:
-        self.fd, self.base, self.index = fd, base, index
+    def __init__(self, fd: int, base: int, index: dict, preload: bool = False) -> None:
+        self.fd, self.base, self.index, self.preload = fd, base, index, preload
+
+    def _current(self, entry) -> bool:
+        """Whether the module's source is the one compiled: an edited one is Python's to load."""
+        try:
+            st = os.stat(entry[0])
+        except OSError:
+            return False
+        return st.st_mtime_ns == entry[2] and st.st_size == entry[3]
+
+    def _spec(self, name: str, entry):
+        import _frozen_importlib  # importlib's bootstrap, loaded before any line runs
+
+        spec = _frozen_importlib.ModuleSpec(name, self, origin=entry[0], is_package=entry[1])
+        if entry[1]:
+            spec.submodule_search_locations = [os.path.dirname(entry[0])]
+        return spec
 
     def find_spec(self, name, path=None, target=None):
         entry = self.index.get(name)
-        if entry is None:
+        if entry is None or not self._current(entry):
             return None
-        origin, package, mtime_ns, size = entry[:4]
-        try:
-            st = os.stat(origin)
-        except OSError:
-            return None
-        if st.st_mtime_ns != mtime_ns or st.st_size != size:
-            return None  # edited since the archive was built: Python compiles or reads its .pyc
-        import _frozen_importlib  # importlib's bootstrap, loaded before any line runs
+        if self.preload:
+            for needed in entry[6]:
+                if needed not in sys.modules:
+                    self._load(needed)
+        return self._spec(name, entry)
 
-        spec = _frozen_importlib.ModuleSpec(name, self, origin=origin, is_package=package)
-        if package:
-            spec.submodule_search_locations = [os.path.dirname(origin)]
-        spec.has_location = True  # __file__ is the source, so tracebacks show its lines
-        return spec
+    def _load(self, name: str) -> None:
+        entry = self.index[name]
+        if not self._current(entry):
+            return  # edited: imported the usual way by the first module that needs it
+        import _frozen_importlib
+
+        module = _frozen_importlib.module_from_spec(self._spec(name, entry))
+        sys.modules[name] = module
+        try:
+            self.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules:
+            setattr(sys.modules[parent], child, module)
 
     def create_module(self, spec):
         return None  # a plain module object
 
     def exec_module(self, module) -> None:
-        offset, length = self.index[module.__spec__.name][4:]
+        entry = self.index[module.__spec__.name]
+        module.__file__ = entry[0]  # the source, so tracebacks show its lines
+        offset, length = entry[4:6]
         blob = os.pread(self.fd, length, self.base + offset)
         if len(blob) != length:
             raise ImportError(f"loopwright: the code archive ends early at {module.__spec__.name}")
@@ -134,7 +170,7 @@ def trusted(fd: int) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
-def serve(fd: int, at: int, lib: str) -> bool:
+def serve(fd: int, at: int, lib: str, preload: bool = False) -> bool:
     """Serve the package's modules from the open archive ``fd``, whose index starts at ``at``
     (after this module's code), when it was built for the package under ``lib``; the finder
     keeps ``fd``. Whether it is used (``fd`` is closed when not)."""
@@ -147,7 +183,7 @@ def serve(fd: int, at: int, lib: str) -> bool:
     if not ok or head[1] != os.path.abspath(lib):
         os.close(fd)
         return False
-    sys.meta_path.insert(0, ArchiveFinder(fd, at + _LEN + size, head[2]))
+    sys.meta_path.insert(0, ArchiveFinder(fd, at + _LEN + size, head[2], preload))
     return True
 
 

@@ -74,6 +74,12 @@ class Path:
         return self._text < os.fspath(other)
 
     def __truediv__(self, other) -> Path:
+        if type(other) is str and other and other != "." and "/" not in other:
+            # One plain name (the hook's usual join): nothing to normalise.
+            joined = Path.__new__(Path)
+            base = self._text
+            joined._text = other if base == "." else base + other if base.endswith("/") else f"{base}/{other}"
+            return joined
         return Path(self._text, other)
 
     def __rtruediv__(self, other) -> Path:
