@@ -12,7 +12,19 @@ from conftest import LIB
 
 PKG = LIB / "loopwright"
 # Lowest first: a module may import from its own layer and those before it.
-LAYERS = ["core", "state", "registry", "modes", "tick", "actions", "events", "runner", "fleet", "serve", "cli"]
+LAYERS = [
+    "core",
+    "state",
+    "registry",
+    "modes",
+    "tick",
+    "actions",
+    "events",
+    "runner",
+    "fleet",
+    "serve",
+    "cli",
+]
 # What the pure core may import from the standard library.
 # time: gmtime and strftime format a timestamp the engine was handed (as datetime did).
 CORE_STDLIB = {"__future__", "_json", "dataclasses", "datetime", "json", "math", "re", "time", "typing"}

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from loopwright.registry import migrate
 from loopwright.registry.api import Busy, LeaseLost, RegistryError
+from loopwright.registry.queue import Queue
 from loopwright.registry.runs import LIVE, Runs
 from loopwright.registry.url import ENV, chosen
+from loopwright.registry.workers import Workers
 
 __all__ = ["ENV", "LIVE", "Busy", "LeaseLost", "Registry", "RegistryError", "open_registry"]
 
 
-class Registry(Runs):
+class Registry(Runs, Queue, Workers):
     """A registry over one database (see loopwright.registry.backend)."""
 
     def __init__(self, backend) -> None:

@@ -40,11 +40,75 @@ def _runs_pid_started(tx, dialect: str) -> None:
             tx.run("ALTER TABLE runs ADD COLUMN pid_started REAL")
 
 
-# (version, name, SQL, then a step in Python or None)
+# The fleet (issue 20): the queue of loops, each loop's timeline, the workers. ``seq`` orders
+# the queue where two submits share a created_at (SQLite's clock counts milliseconds).
+FLEET = """
+CREATE TABLE IF NOT EXISTS fleet_loops (
+    seq {serial},
+    id TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    repo TEXT NOT NULL,
+    branch TEXT,
+    work_branch TEXT NOT NULL,
+    account TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    status TEXT NOT NULL,
+    outcome TEXT,
+    reason TEXT,
+    worker TEXT,
+    host TEXT,
+    generation INTEGER NOT NULL DEFAULT 0,
+    lease_expires {real},
+    failovers INTEGER NOT NULL DEFAULT 0,
+    iteration INTEGER NOT NULL DEFAULT 0,
+    minutes {real} NOT NULL DEFAULT 0,
+    tokens BIGINT NOT NULL DEFAULT 0,
+    dollars {real} NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT '{}',
+    last_decision TEXT,
+    control TEXT,
+    gate TEXT,
+    created_at {real} NOT NULL,
+    updated_at {real} NOT NULL,
+    claimed_at {real}
+);
+CREATE UNIQUE INDEX IF NOT EXISTS fleet_loops_name ON fleet_loops (name);
+CREATE INDEX IF NOT EXISTS fleet_loops_claim ON fleet_loops (status, created_at, seq);
+CREATE INDEX IF NOT EXISTS fleet_loops_lease ON fleet_loops (status, lease_expires, seq);
+CREATE TABLE IF NOT EXISTS fleet_events (
+    id {serial},
+    loop_id TEXT NOT NULL,
+    at {real} NOT NULL,
+    generation INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fleet_events_loop ON fleet_events (loop_id, id);
+CREATE TABLE IF NOT EXISTS fleet_workers (
+    worker TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    slots INTEGER NOT NULL,
+    used INTEGER NOT NULL,
+    account TEXT,
+    loops TEXT NOT NULL DEFAULT '[]',
+    beat_at {real} NOT NULL,
+    started_at {real} NOT NULL
+)
+"""
+# Ids that only grow (an event's id is a reader's "after" cursor): written per dialect.
+SERIAL = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgres": "BIGSERIAL PRIMARY KEY"}
+
+# (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
+# or a dict {dialect: text} where they differ.
 STEPS = [
     (1, "runs", RUNS, _runs_pid_started),
+    (2, "fleet", {d: FLEET.replace("{serial}", s) for d, s in SERIAL.items()}, None),
 ]
 
 
-def sql_for(sql: str, dialect: str) -> str:
+def sql_for(sql: str | dict, dialect: str) -> str:
+    if isinstance(sql, dict):
+        sql = sql[dialect]
     return sql.replace("{real}", "DOUBLE PRECISION" if dialect == "postgres" else "REAL")

@@ -1,0 +1,52 @@
+"""`loopwright db`: the run registry's database (the embedded SQLite file, or the fleet's
+PostgreSQL) and its schema."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from loopwright.cli.base import echo, echo_json, fail
+
+NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+
+
+@click.group()
+def db() -> None:
+    """The run registry's database."""
+
+
+@db.command("status")
+@click.option(
+    "--db",
+    "url",
+    envvar="LOOPWRIGHT_DATABASE_URL",
+    metavar="URL",
+    help="The registry: postgresql://… for a fleet's shared database (default: the monitor's SQLite file).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(url: str | None, as_json: bool) -> None:
+    """Which database the registry is, its schema version, the latest this loopwright knows
+    and each step applied. Opening it applies the steps it lacks, as `serve` would."""
+    from loopwright.registry import RegistryError, open_registry
+    from loopwright.serve import token
+
+    try:
+        reg = open_registry(url, default=str(token.data_dir() / "runs.sqlite"))
+        try:
+            info = reg.schema_status()
+        finally:
+            reg.close()
+    except RegistryError as exc:
+        fail(str(exc))
+    if as_json:
+        return echo_json(info)
+    echo(f"database: {info['where']} ({NAMES.get(info['database'], info['database'])})")
+    echo(f"schema version: {info['version']} (the latest this loopwright knows: {info['latest']})")
+    for step in info["steps"]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(step["applied_at"]))
+        echo(f"  {step['version']:>3}  {step['name']:<12} applied {when}")
+
+
+COMMANDS = (db,)

@@ -1,0 +1,336 @@
+"""The fleet's queue: loops submitted to a shared database, claimed by workers under leases.
+
+A claim is a lease with a generation number. The worker renews the lease by heartbeat, and
+every write it makes names the generation its claim gave it (fencing): once another worker
+has claimed the loop, or the loop was released or ended, the old worker's writes change
+nothing and raise LeaseLost, so it stops that loop without pushing. Lease times come from
+the database's clock, the one clock every machine agrees on. A loop whose lease expired is
+claimed again, counted as a failover; the fourth failover ends it ``STOPPED:failover_limit``.
+
+Columns holding JSON (spec, tags, state, gate; an event's data) are text in the database and
+Python values here. Whoever can write to the database can write any of it: a value that is not
+JSON reads as None, never as an error in the reader.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from loopwright.core import jsoncodec
+from loopwright.core.outcomes import CANCELLED, stopped
+from loopwright.registry.api import LeaseLost, RegistryError
+from loopwright.state.project import is_loop_name
+
+KINDS = ("prompt", "work", "review", "task")
+MAX_FAILOVERS = 3
+QUEUE_CHANNEL = "loopwright_queue"  # a loop became claimable (payload: its id)
+CONTROL_CHANNEL = "loopwright_control"  # stop, cancel or a gate's answer for a loop (its id)
+PROGRESS = ("iteration", "minutes", "tokens", "dollars", "state", "last_decision", "status", "gate")
+JSON_COLUMNS = ("spec", "tags", "state", "gate")
+BATCH = 16  # rows a filtered claim looks at (and locks) at a time
+HELD = "status IN ('running', 'waiting_gate')"  # a worker's claim still stands
+IDLE = "status IN ('queued', 'waiting_gate')"  # no worker drives the loop
+
+# The two kinds of claimable row, each read in the order of an index of its own (so that a
+# claim reads a few index entries, not every queued row), both in one statement. Loops that
+# failed over come first: they were started already, and a failover is promised within
+# about one lease.
+KINDS_OF_CLAIMABLE = (
+    ("status = 'running' AND lease_expires < (SELECT {now})", "lease_expires"),
+    ("status = 'queued'", "created_at"),
+)
+
+FIND = " FROM fleet_loops WHERE id = %s OR name = %s ORDER BY CASE WHEN id = %s THEN 0 ELSE 1 END LIMIT 1"
+TAKE = (
+    "UPDATE fleet_loops SET worker = %s, host = %s, generation = %s, status = 'running', "
+    "lease_expires = %s, failovers = %s, claimed_at = %s, updated_at = %s WHERE id = %s"
+)
+TAKEN = ("worker", "host", "generation", "lease_expires", "failovers", "claimed_at", "updated_at", "id")
+
+
+def _when_idle(column: str, value: str) -> str:
+    return f"{column} = CASE WHEN {IDLE} THEN {value} ELSE {column} END"
+
+
+# One statement, so that a claim between a read and a write cannot slip in: every CASE reads
+# the row as it was before this update.
+ENDS_IDLE = {"outcome": "%s", "reason": "%s", "worker": "NULL", "lease_expires": "NULL", "status": "'ended'"}
+REQUEST = (
+    "UPDATE fleet_loops SET control = %s, updated_at = {now}, "
+    + ", ".join(_when_idle(c, v) for c, v in ENDS_IDLE.items())
+    + " WHERE id = %s AND status <> 'ended'"
+)
+ANSWER = (
+    "UPDATE fleet_loops SET gate = %s, status = 'queued', worker = NULL, lease_expires = NULL, "
+    "updated_at = {now} WHERE id = %s AND status = 'waiting_gate' AND updated_at = %s"
+)
+
+
+def json_text(value) -> str:
+    return jsoncodec.dumps(value).decode("utf-8")
+
+
+def json_value(text):
+    """The value JSON ``text`` holds; None for NULL or for text that is not JSON."""
+    if text is None:
+        return None
+    try:
+        return jsoncodec.loads(text)
+    except ValueError:
+        return None
+
+
+def loop_row(row: dict | None) -> dict | None:
+    """A fleet_loops row as callers see it: JSON columns decoded, internals dropped."""
+    if row is None:
+        return None
+    out = {k: v for k, v in row.items() if k not in ("seq", "db_now", "kind_of", "k")}
+    for key in JSON_COLUMNS:
+        out[key] = json_value(out.get(key))
+    return out
+
+
+def fenced(tx, loop_id: str, generation: int, sets: str = "", args: tuple = ()) -> None:
+    """One write by the worker holding generation ``generation`` of the loop; LeaseLost when
+    that claim no longer stands. The row stays locked until the transaction ends."""
+    sql = "UPDATE fleet_loops SET updated_at = {now}" + (", " + sets if sets else "")
+    sql += " WHERE id = %s AND generation = %s AND " + HELD
+    if tx.run(sql, (*args, loop_id, generation)) != 1:
+        raise LeaseLost(
+            f"fleet loop {loop_id}: generation {generation} no longer holds it "
+            "(claimed by another worker, released or ended)"
+        )
+
+
+def _plain(text, spaces: bool = False) -> bool:
+    """Text a git command line takes as a value, never as an option: no leading '-', no
+    control characters (nor spaces, unless ``spaces``: a local path may hold some)."""
+    if not isinstance(text, str) or not text or text[0] == "-":
+        return False
+    return all(c.isprintable() and (spaces or not c.isspace()) for c in text)
+
+
+def check_submit(kind, spec, repo, branch, account, name) -> None:
+    """RegistryError, one line, for what a fleet loop cannot be submitted with. (A worker checks
+    a row again: whoever can write to the database can write any row.)"""
+    if kind not in KINDS:
+        raise RegistryError(f"unknown fleet loop kind {kind!r}: use one of {', '.join(KINDS)}")
+    if not isinstance(spec, dict):
+        raise RegistryError("a fleet loop's spec is a JSON object")
+    if not _plain(repo, spaces=True) or not repo.strip():
+        raise RegistryError(f"bad repository {repo!r}: give --repo URL (any URL or path git clone takes)")
+    if branch is not None and (not _plain(branch) or ".." in branch or any(c in branch for c in ":~^?*[\\")):
+        raise RegistryError(f"bad branch name {branch!r}: give --branch a git branch name")
+    if not _plain(account):
+        raise RegistryError(f"bad account name {account!r}")
+    if name is not None and not is_loop_name(name):
+        raise RegistryError(
+            f"invalid loop name {name!r}: use 1-64 letters, digits, '-' or '_', "
+            "starting with a letter or digit"
+        )
+
+
+class Queue:
+    """Mixed into the Registry: ``self.backend`` is its database."""
+
+    def submit(self, *, kind, spec, repo, branch=None, account="default", tags=(), name=None) -> dict:
+        """A new queued loop (the row); listeners on loopwright_queue are told."""
+        check_submit(kind, spec, repo, branch, account, name)
+        for _ in range(3 if name is None else 1):  # a drawn name may be taken: draw again
+            chosen = name or f"f-{uuid.uuid4().hex[:8]}"
+            row = self._insert(kind, spec, repo, branch, account, list(tags), chosen)
+            if row is not None:
+                return row
+        raise RegistryError(f"a fleet loop named {chosen} exists already: choose another name")
+
+    def _insert(self, kind, spec, repo, branch, account, tags, name) -> dict | None:
+        row = {
+            "id": uuid.uuid4().hex,
+            "name": name,
+            "kind": kind,
+            "spec": json_text(spec),
+            "repo": repo,
+            "branch": branch,
+            "work_branch": f"loopwright/{name}",
+            "account": account,
+            "tags": json_text(tags),
+            "status": "queued",
+        }
+        sql = (
+            f"INSERT INTO fleet_loops ({', '.join(row)}, created_at, updated_at) "
+            f"VALUES ({', '.join('%s' for _ in row)}, {{now}}, {{now}}) ON CONFLICT (name) DO NOTHING"
+        )
+        with self.backend.tx() as tx:
+            if tx.run(sql, tuple(row.values())) != 1:
+                return None
+            self.backend.notify(tx, QUEUE_CHANNEL, row["id"])
+            return loop_row(tx.one("SELECT * FROM fleet_loops WHERE id = %s", (row["id"],)))
+
+    def claim(self, worker: str, host: str, *, lease=30.0, allowed=None, accounts=None) -> dict | None:
+        """The loop this worker takes next, under a lease of ``lease`` seconds: one whose lease
+        expired (a failover), else the oldest queued. ``allowed(repo)`` skips a loop this
+        worker may not run, leaving it to others; ``accounts`` limits the accounts taken."""
+        if accounts is not None and not accounts:
+            return None
+        batch = 1 if allowed is None else BATCH
+        with self.backend.tx() as tx:
+            for row in self._claimable(tx, batch, accounts):
+                if row["worker"] is not None and row["failovers"] >= MAX_FAILOVERS:
+                    self._end_failed_over(tx, row)
+                elif allowed is None or allowed(row["repo"]):
+                    return self._take(tx, row, worker, host, float(lease))
+        return None
+
+    def _claimable(self, tx, batch: int, accounts):
+        """Claimable rows in order, up to ``batch`` of each kind at a time. On PostgreSQL each
+        is locked as it is read, and rows other workers are claiming are skipped."""
+        accounts = () if accounts is None else tuple(accounts)
+        only = " AND account IN (" + ", ".join("%s" for _ in accounts) + ")" if accounts else ""
+        lock = " FOR UPDATE SKIP LOCKED" if self.backend.dialect == "postgres" else ""
+        pages: dict[int, tuple] = {0: (), 1: ()}  # per kind: after which (key, seq); gone when read
+        while pages:
+            parts, args = [], []
+            for which, after in pages.items():
+                where, key = KINDS_OF_CLAIMABLE[which]
+                page = f" AND ({key}, seq) > (%s, %s)" if after else ""
+                parts.append(
+                    f"SELECT * FROM (SELECT *, {which} AS kind_of, {key} AS k, (SELECT {{now}}) AS db_now "
+                    f"FROM fleet_loops WHERE {where}{only}{page} ORDER BY {key}, seq LIMIT %s{lock}) c{which}"
+                )
+                args += [*accounts, *after, batch]
+            rows = tx.rows(" UNION ALL ".join(parts) + " ORDER BY kind_of, k, seq", tuple(args))
+            yield from rows
+            for which in list(pages):
+                mine = [r for r in rows if r["kind_of"] == which]
+                if len(mine) < batch:
+                    del pages[which]
+                else:
+                    pages[which] = (mine[-1]["k"], mine[-1]["seq"])
+
+    def _take(self, tx, row: dict, worker: str, host: str, lease: float) -> dict:
+        now = row["db_now"]
+        row.update(
+            worker=worker,
+            host=host,
+            generation=row["generation"] + 1,
+            status="running",
+            lease_expires=now + lease,
+            failovers=row["failovers"] + (row["worker"] is not None),
+            claimed_at=now,
+            updated_at=now,
+        )
+        tx.run(TAKE, tuple(row[k] for k in TAKEN))
+        return loop_row(row)
+
+    def _end_failed_over(self, tx, row: dict) -> None:
+        reason = f"its worker went away {MAX_FAILOVERS + 1} times; a loop fails over at most {MAX_FAILOVERS}"
+        tx.run(
+            "UPDATE fleet_loops SET status = 'ended', outcome = %s, reason = %s, worker = NULL, "
+            "lease_expires = NULL, updated_at = {now} WHERE id = %s",
+            (stopped("failover_limit"), reason, row["id"]),
+        )
+
+    def heartbeat(self, loop_id: str, generation: int, lease=30.0) -> dict:
+        """Renews the lease for ``lease`` seconds more; the loop's pending control (stop,
+        cancel or None). LeaseLost when this claim no longer stands."""
+        with self.backend.tx() as tx:
+            fenced(tx, loop_id, generation, "lease_expires = {now} + %s", (float(lease),))
+            row = tx.one("SELECT control, lease_expires FROM fleet_loops WHERE id = %s", (loop_id,))
+        return {"control": row["control"], "lease_expires": row["lease_expires"]}
+
+    def progress(self, loop_id: str, generation: int, **fields) -> dict:
+        """Records what an iteration did (among PROGRESS); the loop's control and gate."""
+        unknown = sorted(set(fields) - set(PROGRESS))
+        if unknown:
+            raise ValueError(f"not a progress field: {', '.join(unknown)}")
+        if fields.get("status", "running") not in ("running", "waiting_gate"):
+            raise ValueError("progress sets status running or waiting_gate (finish ends, release requeues)")
+        for key in ("state", "gate"):
+            if fields.get(key) is not None:
+                fields[key] = json_text(fields[key])
+        sets = ", ".join(f"{k} = %s" for k in fields)
+        with self.backend.tx() as tx:
+            fenced(tx, loop_id, generation, sets, tuple(fields.values()))
+            row = tx.one("SELECT control, gate FROM fleet_loops WHERE id = %s", (loop_id,))
+        return {"control": row["control"], "gate": json_value(row["gate"])}
+
+    def finish(self, loop_id: str, generation: int, outcome: str, reason: str) -> None:
+        """Ends the loop with ``outcome``; its worker lets go of it."""
+        sets = "status = 'ended', outcome = %s, reason = %s, worker = NULL, lease_expires = NULL"
+        with self.backend.tx() as tx:
+            fenced(tx, loop_id, generation, sets, (outcome, reason))
+
+    def release(self, loop_id: str, generation: int, reason: str) -> None:
+        """Hands the loop back (a draining worker): queued again, or still waiting at its gate;
+        the next claim is not a failover."""
+        sets = (
+            "status = CASE WHEN status = 'waiting_gate' THEN status ELSE 'queued' END, "
+            "worker = NULL, lease_expires = NULL, reason = %s"
+        )
+        with self.backend.tx() as tx:
+            fenced(tx, loop_id, generation, sets, (reason,))
+            self.backend.notify(tx, QUEUE_CHANNEL, loop_id)
+
+    def request(self, loop: str, what: str) -> dict | None:
+        """Asks the loop (id or name) to stop or cancel: a loop no worker drives ends now, a
+        running one is told through its heartbeat and loopwright_control. The row after,
+        None when there is no such loop."""
+        if what not in ("stop", "cancel"):
+            raise ValueError(f"a loop is asked to stop or cancel, not {what!r}")
+        outcome = stopped("user_stop") if what == "stop" else CANCELLED
+        reason = f"{'stopped' if what == 'stop' else 'cancelled'} from the fleet while no worker ran it"
+        with self.backend.tx() as tx:
+            row = tx.one("SELECT *" + FIND, (loop, loop, loop))
+            if row is None:
+                return None
+            tx.run(REQUEST, (what, outcome, reason, row["id"]))
+            self.backend.notify(tx, CONTROL_CHANNEL, row["id"])
+            return loop_row(tx.one("SELECT * FROM fleet_loops WHERE id = %s", (row["id"],)))
+
+    def answer_gate(self, loop: str, answer: str, by: str) -> dict | None:
+        """Answers the gate the loop (id or name) waits at; it is queued again, to go on with
+        whichever worker claims it next. The row after, None when no gate waits there."""
+        for _ in range(5):  # another write between our read and our update: read again
+            with self.backend.tx() as tx:
+                row = tx.one("SELECT *, (SELECT {now}) AS db_now" + FIND, (loop, loop, loop))
+                if row is None or row["status"] != "waiting_gate":
+                    return None
+                gate = json_value(row["gate"])
+                gate = dict(gate) if isinstance(gate, dict) else {}
+                gate.update(answer=answer, by=by, answered_at=row["db_now"])
+                if tx.run(ANSWER, (json_text(gate), row["id"], row["updated_at"])) == 1:
+                    self.backend.notify(tx, CONTROL_CHANNEL, row["id"])
+                    self.backend.notify(tx, QUEUE_CHANNEL, row["id"])
+                    return loop_row(tx.one("SELECT * FROM fleet_loops WHERE id = %s", (row["id"],)))
+        return None
+
+    def fleet_loop(self, id_or_name: str) -> dict | None:
+        with self.backend.tx() as tx:
+            return loop_row(tx.one("SELECT *" + FIND, (id_or_name,) * 3))
+
+    def fleet_loops(self, status: str | None = None, limit: int = 500) -> list[dict]:
+        """The newest loops first, of one status or all."""
+        where, args = ("WHERE status = %s ", (status,)) if status else ("", ())
+        sql = f"SELECT * FROM fleet_loops {where}ORDER BY created_at DESC, seq DESC LIMIT %s"
+        with self.backend.tx() as tx:
+            return [loop_row(r) for r in tx.rows(sql, (*args, limit))]
+
+    def add_event(self, loop_id: str, generation: int, kind: str, data: dict) -> None:
+        """Appends to the loop's timeline (fenced, like every write of its worker)."""
+        with self.backend.tx() as tx:
+            fenced(tx, loop_id, generation)
+            tx.run(
+                "INSERT INTO fleet_events (loop_id, at, generation, kind, data) "
+                "VALUES (%s, {now}, %s, %s, %s)",
+                (loop_id, generation, kind, json_text(data)),
+            )
+
+    def events(self, loop_id: str, after: int = 0, limit: int = 500) -> list[dict]:
+        """The loop's timeline from the event after ``after`` (an event's id), oldest first."""
+        with self.backend.tx() as tx:
+            rows = tx.rows(
+                "SELECT id, loop_id, at, generation, kind, data FROM fleet_events "
+                "WHERE loop_id = %s AND id > %s ORDER BY id LIMIT %s",
+                (loop_id, after, limit),
+            )
+        return [dict(r, data=json_value(r["data"])) for r in rows]
