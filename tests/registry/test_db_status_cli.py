@@ -39,10 +39,14 @@ def test_status_shows_the_database_its_version_and_each_step(registry_url, tmp_p
     assert lines[0] == f"database: {registry_url} ({kind})"
     latest = migrate.latest()
     assert lines[1] == f"schema version: {latest} (the latest this loopwright knows: {latest})"
-    assert [line.split()[:3] for line in lines[2:]] == [["1", "runs", "applied"], ["2", "fleet", "applied"]]
+    assert [line.split()[:3] for line in lines[2:]] == [
+        ["1", "runs", "applied"],
+        ["2", "fleet", "applied"],
+        ["3", "limits", "applied"],
+    ]
     data = json.loads(db_status(tmp_path, "--json", LOOPWRIGHT_DATABASE_URL=registry_url).stdout)
-    assert (data["where"], data["version"], data["latest"]) == (registry_url, 2, 2)
-    assert [(s["version"], s["name"]) for s in data["steps"]] == [(1, "runs"), (2, "fleet")]
+    assert (data["where"], data["version"], data["latest"]) == (registry_url, 3, 3)
+    assert [(s["version"], s["name"]) for s in data["steps"]] == [(1, "runs"), (2, "fleet"), (3, "limits")]
 
 
 def test_without_a_url_it_is_the_monitors_own_file(tmp_path):

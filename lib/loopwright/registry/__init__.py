@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from loopwright.registry import migrate
 from loopwright.registry.api import Busy, LeaseLost, RegistryError
+from loopwright.registry.limits import Limits
 from loopwright.registry.queue import Queue
 from loopwright.registry.runs import LIVE, Runs
 from loopwright.registry.url import ENV, chosen
@@ -17,7 +18,7 @@ from loopwright.registry.workers import Workers
 __all__ = ["ENV", "LIVE", "Busy", "LeaseLost", "Registry", "RegistryError", "open_registry"]
 
 
-class Registry(Runs, Queue, Workers):
+class Registry(Runs, Queue, Workers, Limits):
     """A registry over one database (see loopwright.registry.backend)."""
 
     def __init__(self, backend) -> None:
@@ -27,6 +28,11 @@ class Registry(Runs, Queue, Workers):
 
     def schema_status(self) -> dict:
         return migrate.status(self.backend)
+
+    def listener(self, channels: tuple[str, ...]):
+        """What arrives on ``channels`` (``wait(timeout)`` -> [(channel, payload)]); nothing ever
+        on a database without notifications, so callers poll as well."""
+        return self.backend.listener(channels)
 
     def close(self) -> None:
         self.backend.close()

@@ -100,11 +100,37 @@ CREATE TABLE IF NOT EXISTS fleet_workers (
 # Ids that only grow (an event's id is a reader's "after" cursor): written per dialect.
 SERIAL = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgres": "BIGSERIAL PRIMARY KEY"}
 
+# One budget and one account's limits for the fleet (issue 20 part 5). A scope is 'fleet',
+# 'account:<name>' or 'tag:<name>'; a NULL cap is no cap. Spend is kept per UTC day of the
+# database's clock, so a day's cap resets at midnight UTC on every machine at once.
+LIMITS = """
+CREATE TABLE IF NOT EXISTS fleet_limits (
+    scope TEXT PRIMARY KEY,
+    max_dollars_per_day {real},
+    max_running INTEGER,
+    updated_at {real} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fleet_spend (
+    day TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    dollars {real} NOT NULL DEFAULT 0,
+    PRIMARY KEY (day, scope)
+);
+CREATE TABLE IF NOT EXISTS account_pauses (
+    account TEXT PRIMARY KEY,
+    until {real} NOT NULL,
+    reason TEXT,
+    set_by TEXT,
+    at {real} NOT NULL
+)
+"""
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
     (1, "runs", RUNS, _runs_pid_started),
     (2, "fleet", {d: FLEET.replace("{serial}", s) for d, s in SERIAL.items()}, None),
+    (3, "limits", LIMITS, None),
 ]
 
 

@@ -172,20 +172,23 @@ class Queue:
         worker may not run, leaving it to others; ``accounts`` limits the accounts taken."""
         if accounts is not None and not accounts:
             return None
-        batch = 1 if allowed is None else BATCH
         with self.backend.tx() as tx:
-            for row in self._claimable(tx, batch, accounts):
+            # Fleet limits and account pauses (limits.py), checked in the claim's transaction.
+            gate = self.claim_gate(tx)
+            batch = 1 if allowed is None and not gate.sifts else BATCH
+            for row in self._claimable(tx, batch, accounts, gate.where):
                 if row["worker"] is not None and row["failovers"] >= MAX_FAILOVERS:
                     self._end_failed_over(tx, row)
-                elif allowed is None or allowed(row["repo"]):
+                elif (allowed is None or allowed(row["repo"])) and gate.admits(tx, row):
                     return self._take(tx, row, worker, host, float(lease))
         return None
 
-    def _claimable(self, tx, batch: int, accounts):
+    def _claimable(self, tx, batch: int, accounts, also: tuple = ("", ())):
         """Claimable rows in order, up to ``batch`` of each kind at a time. On PostgreSQL each
         is locked as it is read, and rows other workers are claiming are skipped."""
         accounts = () if accounts is None else tuple(accounts)
         only = " AND account IN (" + ", ".join("%s" for _ in accounts) + ")" if accounts else ""
+        only += also[0]  # what the fleet's limits leave claimable (limits.py)
         lock = " FOR UPDATE SKIP LOCKED" if self.backend.dialect == "postgres" else ""
         pages: dict[int, tuple] = {0: (), 1: ()}  # per kind: after which (key, seq); gone when read
         while pages:
@@ -197,7 +200,7 @@ class Queue:
                     f"SELECT * FROM (SELECT *, {which} AS kind_of, {key} AS k, (SELECT {{now}}) AS db_now "
                     f"FROM fleet_loops WHERE {where}{only}{page} ORDER BY {key}, seq LIMIT %s{lock}) c{which}"
                 )
-                args += [*accounts, *after, batch]
+                args += [*accounts, *also[1], *after, batch]
             rows = tx.rows(" UNION ALL ".join(parts) + " ORDER BY kind_of, k, seq", tuple(args))
             yield from rows
             for which in list(pages):

@@ -1,0 +1,100 @@
+"""`loopwright fleet limits`: the fleet's daily dollar budget and running caps, for the whole
+fleet, one account or one tag; without a setting, the limits, today's spend and the pauses."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from loopwright.cli.base import echo, echo_json, fail
+
+
+def _money(value) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def _count(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _scope(account: str | None, tag: str | None) -> str:
+    if account is not None and tag is not None:
+        fail("give --account or --tag, not both: a limit is the fleet's, one account's or one tag's")
+    return f"account:{account}" if account is not None else f"tag:{tag}" if tag is not None else "fleet"
+
+
+def _show(report: dict, where: str) -> None:
+    """Every scope with a limit or with spend today: its caps, what it spent and runs."""
+    echo(f"fleet limits in {where}, day {report['day']} (UTC; the budget resets at midnight UTC)")
+    rows = {r["scope"]: r for r in report["limits"]}
+    for scope, dollars in report["spend"].items():
+        rows.setdefault(
+            scope, {"scope": scope, "max_dollars_per_day": None, "max_running": None, "spent_today": dollars}
+        )
+    if not rows:
+        echo("no limits set and nothing spent today")
+    else:
+        echo(f"  {'scope':<24} {'dollars/day':>12} {'spent today':>12} {'running':>8} {'max running':>12}")
+    for row in sorted(rows.values(), key=lambda r: (r["scope"] != "fleet", r["scope"])):
+        running = row.get("running")
+        echo(
+            f"  {row['scope']:<24} {_money(row['max_dollars_per_day']):>12} {_money(row['spent_today']):>12} "
+            f"{_count(running):>8} {_count(row['max_running']):>12}"
+        )
+    for pause in report["pauses"]:
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(pause["until"]))
+        by = f", by {pause['set_by']}" if pause["set_by"] else ""
+        echo(f"paused: account {pause['account']} until {until} ({pause['reason'] or 'no reason given'}{by})")
+
+
+@click.command("limits")
+@click.option(
+    "--db",
+    "url",
+    envvar="LOOPWRIGHT_DATABASE_URL",
+    metavar="URL",
+    help="The registry: postgresql://… for a fleet's shared database (default: the monitor's SQLite file).",
+)
+@click.option("--max-dollars-per-day", type=float, metavar="D", help="Dollars the scope may spend a UTC day.")
+@click.option("--max-running", type=int, metavar="N", help="Loops of the scope running at once, at most.")
+@click.option("--account", metavar="A", help="Limit this account's loops (default: the whole fleet).")
+@click.option("--tag", metavar="T", help="Limit the loops with this tag (default: the whole fleet).")
+@click.option("--clear", is_flag=True, help="Remove the scope's limits.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def limits(url, max_dollars_per_day, max_running, account, tag, clear, as_json) -> None:
+    """The fleet's limits: a daily dollar budget and a cap on loops running at once, for the
+    whole fleet, one --account or one --tag. Checked when a worker claims a loop and at every
+    iteration's end, with the spend: past a budget no loop is claimed and running loops end
+    BUDGET_EXHAUSTED:fleet_dollars at their next iteration's end. With no setting, shows the
+    limits, today's spend and the accounts paused by a usage limit."""
+    from loopwright.registry import RegistryError, open_registry
+    from loopwright.serve import token
+
+    scope = _scope(account, tag)
+    setting = max_dollars_per_day is not None or max_running is not None
+    if clear and setting:
+        fail("--clear removes a scope's limits: give it without --max-dollars-per-day or --max-running")
+    try:
+        reg = open_registry(url, default=str(token.data_dir() / "runs.sqlite"))
+        try:
+            if clear:
+                done = {"scope": scope, "cleared": reg.clear_limits(scope)}
+            elif setting:
+                done = reg.set_limits(scope, max_dollars_per_day=max_dollars_per_day, max_running=max_running)
+            else:
+                done = reg.limits_report()
+        finally:
+            reg.close()
+    except RegistryError as exc:
+        fail(str(exc))
+    if as_json:
+        return echo_json(done)
+    if clear:
+        return echo(f"{scope}: limits removed" if done["cleared"] else f"{scope}: had no limits")
+    if setting:
+        return echo(
+            f"{scope}: at most {_money(done['max_dollars_per_day'])} a day, "
+            f"{_count(done['max_running'])} running at once"
+        )
+    _show(done, reg.shown)

@@ -1,0 +1,114 @@
+"""What a fleet loop asks for (its row's ``spec``), checked, as the runner's command line.
+
+A row comes from a database that others can write, so nothing in it reaches a process
+unchecked: the kind must be a mode, limits numbers in range, text printable and bounded, and
+the goal or the mode's words go after the runner's own options (a goal is one argument after
+``--``; a mode's words are parsed by the mode as its own command line, never by a shell).
+Notifiers are not taken from the database (a ``command:`` notifier would run anything on every
+worker): a worker notifies as its own ``--notify`` says.
+"""
+
+from __future__ import annotations
+
+from loopwright.core.errors import UserError
+
+MAX_GOAL = 100_000
+LIMITS = {
+    "max_iterations": (int, 1, 1_000_000),
+    "max_minutes": (float, 0.01, 10_000_000.0),
+    "max_tokens": (int, 1, 10**13),
+    "max_dollars": (float, 0.0, 1_000_000.0),
+    "max_prs": (int, 1, 100_000),
+}
+TEXT = {"completion_promise": 200, "verify": 4000, "judge_model": 128}
+FLAGS = ("judge", "wrap_up")
+MODES = ("work", "review", "task")
+# `loopwright run`'s own options (tests/fleet/test_spec.py keeps this equal to the command): a
+# mode's words follow them on the same command line, and must never set one (--claude would
+# choose the program every worker runs).
+RUN_OPTIONS = frozenset(
+    {
+        "--loop", "--session", "--max-iterations", "--max-minutes", "--max-tokens", "--max-dollars",
+        "--accept-project-rates", "--wrap-up", "--no-wrap-up", "--wrap-up-floor", "--judge", "--no-judge",
+        "--judge-model", "--judge-timeout", "--completion-promise", "--verify", "--name", "--gates",
+        "--claude", "--claude-arg", "--plugin-dir", "--poll-seconds", "--stall-polls", "--quota-wait",
+        "--notify", "--json", "--carry", "--help",
+    }
+)  # fmt: skip
+
+
+class SpecError(UserError):
+    """A fleet loop's row cannot be run as it is: one line saying what is wrong."""
+
+
+def _text(value, what: str, limit: int, *, one_line: bool = True) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(f"{what} must be non-empty text")
+    if len(value) > limit:
+        raise SpecError(f"{what} is {len(value)} characters; the limit is {limit}")
+    bad = "\0" if not one_line else "\0\r\n"
+    if any(c in value for c in bad):
+        raise SpecError(f"{what} holds a NUL byte or a line break")
+    return value
+
+
+def _limit_args(limits) -> list[str]:
+    if limits is None:
+        return []
+    if not isinstance(limits, dict):
+        raise SpecError("limits must be a JSON object")
+    args = []
+    for key, value in limits.items():
+        if key not in LIMITS:
+            raise SpecError(f"unknown limit {key!r}: use {', '.join(LIMITS)}")
+        kind, lo, hi = LIMITS[key]
+        if value is None:
+            continue
+        number = type(value) in (int, float) and (kind is float or type(value) is int)
+        if not number:
+            raise SpecError(f"{key} must be a {'whole ' if kind is int else ''}number")
+        if not lo <= value <= hi:
+            raise SpecError(f"{key} must be between {lo} and {hi}")
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args
+
+
+def _option_args(spec: dict) -> list[str]:
+    args = []
+    for key, limit in TEXT.items():
+        if spec.get(key) is not None:
+            args += [f"--{key.replace('_', '-')}", _text(spec[key], key, limit)]
+    for key in FLAGS:
+        value = spec.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise SpecError(f"{key} must be true or false")
+        args.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
+    return args
+
+
+def runner_args(kind: str, spec) -> list[str]:
+    """``loopwright run`` arguments for a row's kind and spec (its limits, options, then the goal
+    after ``--`` or the mode's words); SpecError when the row cannot be run as it is."""
+    if not isinstance(spec, dict):
+        raise SpecError("the loop's spec is not a JSON object")
+    args = _limit_args(spec.get("limits")) + _option_args(spec)
+    if kind == "prompt":
+        return [*args, "--", _text(spec.get("goal"), "the goal", MAX_GOAL, one_line=False)]
+    if kind not in MODES:
+        raise SpecError(f"unknown kind {kind!r}: prompt, {', '.join(MODES)}")
+    words = spec.get("args") or []
+    if not isinstance(words, list) or len(words) > 64:
+        raise SpecError("a mode's args must be a list of at most 64 words")
+    for word in words:
+        _text(word, "a mode's word", 4000)
+        if word.split("=", 1)[0] in RUN_OPTIONS:
+            raise SpecError(f"a mode's words may not set the runner's own option {word.split('=', 1)[0]}")
+    return [*args, kind, *words]
+
+
+def limits_of(spec) -> dict:
+    """The spec's limits (checked), for the fleet's own accounting."""
+    _limit_args(spec.get("limits") if isinstance(spec, dict) else None)
+    return dict(spec.get("limits") or {}) if isinstance(spec, dict) else {}

@@ -1,0 +1,167 @@
+"""`loopwright worker`: this machine's share of the fleet.
+
+The worker claims up to ``slots`` loops from the shared queue, each whose repository its
+allow-list accepts, and drives each in a Slot (fleet/slot.py). It wakes when the database says
+a loop became claimable or was asked to stop (LISTEN/NOTIFY), and polls besides, so a lost
+notification delays work by seconds, not forever. It beats into the database with its slots
+and loops, for the page. The first SIGTERM (or Ctrl-C) drains: each loop finishes the
+iteration under way, is pushed and handed back; a second one stops every loop now and hands
+it back (its iteration under way is redone elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from loopwright.core import jsoncodec
+from loopwright.core.clock import now_iso
+from loopwright.fleet.allow import Allow
+from loopwright.fleet.slot import Slot
+from loopwright.registry import LeaseLost, RegistryError
+from loopwright.registry.queue import CONTROL_CHANNEL, QUEUE_CHANNEL
+
+
+class Options:
+    def __init__(
+        self,
+        slots: int,
+        allow: list[str],
+        data: Path,
+        *,
+        name: str | None = None,
+        host: str | None = None,
+        account: str | None = None,
+        lease: float = 30.0,
+        heartbeat: float = 10.0,
+        poll: float = 5.0,
+        runner_options: tuple = (),
+    ) -> None:
+        self.slots, self.allow, self.data = slots, allow, Path(data)
+        self.host = host or socket.gethostname()
+        self.name = name or f"{self.host}-{uuid.uuid4().hex[:8]}"
+        self.account = account
+        self.lease, self.heartbeat, self.poll = lease, heartbeat, poll
+        self.runner_options = tuple(runner_options)
+
+
+class Worker:
+    def __init__(self, registry, opts: Options, out=sys.stdout) -> None:
+        self.registry, self.opts, self.out = registry, opts, out
+        self.allow = Allow(opts.allow)
+        self.data = opts.data
+        self.work_root = self.data / "work"
+        for d in (self.data, self.work_root, self.data / "logs"):
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.lease, self.heartbeat = opts.lease, opts.heartbeat
+        self.runner_options = opts.runner_options
+        self.env = dict(os.environ, LOOPWRIGHT_PYTHON=os.environ.get("LOOPWRIGHT_PYTHON", sys.executable))
+        self.slots: dict[str, Slot] = {}
+        self.signals = 0
+        self.refused: set[str] = set()  # repositories whose refusal was logged (once each)
+        self._out_lock = threading.Lock()
+
+    def log(self, event: str, **fields) -> None:
+        """One JSON line per event on the worker's output (its service log)."""
+        line = jsoncodec.dumps({"at": now_iso(), "event": event, "worker": self.opts.name, **fields}).decode()
+        with self._out_lock:
+            print(line, file=self.out, flush=True)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signals += 1
+
+    def run(self) -> int:
+        """Claim and drive loops until signalled; the exit code."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        listener = self.registry.listener((QUEUE_CHANNEL, CONTROL_CHANNEL))
+        self.log("started", host=self.opts.host, slots=self.opts.slots, allow=self.opts.allow)
+        next_beat, handled = 0.0, 0
+        try:
+            while True:
+                if self.signals != handled:
+                    handled = self.signals
+                    self._wind_down(now=handled >= 2)
+                self._reap()
+                if self.signals and not self.slots:
+                    break
+                if time.monotonic() >= next_beat:
+                    self._beat()
+                    next_beat = time.monotonic() + self.heartbeat
+                if not self.signals:
+                    self._fill()
+                self._wake(listener.wait(self.opts.poll if not self.signals else 0.5))
+        finally:
+            listener.close()
+        self._beat()
+        self.log("stopped")
+        return 0
+
+    def _fill(self) -> None:
+        while len(self.slots) < self.opts.slots:
+            try:
+                row = self.registry.claim(
+                    self.opts.name,
+                    self.opts.host,
+                    lease=self.lease,
+                    allowed=self._allowed,
+                    accounts=[self.opts.account] if self.opts.account else None,
+                )
+            except RegistryError as exc:
+                return self.log("database", error=str(exc))
+            if row is None:
+                return
+            slot = Slot(self, row)
+            self.slots[row["id"]] = slot
+            slot.start()
+
+    def _allowed(self, repo: str) -> bool:
+        why = self.allow.why_not(repo)
+        if why and repo not in self.refused:
+            self.refused.add(repo)
+            self.log("refused", repo=repo[:300], reason=why)
+        return why is None
+
+    def _reap(self) -> None:
+        for loop_id in [i for i, s in self.slots.items() if s.done.is_set()]:
+            self.slots.pop(loop_id).thread.join(timeout=5)
+
+    def _wake(self, notes: list) -> None:
+        for channel, payload in notes:
+            if channel == CONTROL_CHANNEL and payload in self.slots:
+                self.slots[payload].wake.set()
+                threading.Thread(target=self._control_now, args=(self.slots[payload],), daemon=True).start()
+
+    def _control_now(self, slot: Slot) -> None:
+        """A stop or cancel for one of this worker's loops: read it now, not at the next beat."""
+        try:
+            slot.control = self.registry.heartbeat(slot.id, slot.gen, lease=self.lease)["control"]
+            slot.wake.set()
+        except (LeaseLost, RegistryError):
+            pass  # the slot's own beat finds out
+
+    def _wind_down(self, now: bool) -> None:
+        self.log("draining" if not now else "stopping", loops=[s.name for s in self.slots.values()])
+        for slot in self.slots.values():
+            slot.drain = True
+            slot.stop_now = slot.stop_now or now
+            slot.wake.set()
+
+    def _beat(self) -> None:
+        try:
+            self.registry.worker_beat(
+                self.opts.name,
+                self.opts.host,
+                self.opts.slots,
+                len(self.slots),
+                self.opts.account,
+                list(self.slots),
+            )
+        except RegistryError as exc:
+            self.log("database", error=str(exc))

@@ -1,0 +1,348 @@
+"""The fleet's limits: a daily dollar budget and a cap on running loops, for the whole fleet,
+one account or one tag; and an account's pause after a usage limit (HTTP 429).
+
+Each limit is checked in the transaction of what it guards, so that two machines never both
+pass a check that only one of them should:
+- at claim (:meth:`Queue.claim` asks :meth:`Limits.claim_gate`): a loop of a paused account,
+  or of a scope at its running cap or past today's dollar cap, is left queued. On PostgreSQL
+  claims take turns on the running caps (the rows of ``fleet_limits`` are locked), so that
+  counting the running loops and taking one more is one step for the whole fleet.
+- at each iteration boundary (:meth:`Limits.record_spend`): the iteration's dollars are added to
+  today's spend of each of the loop's scopes in the transaction of its fenced progress write,
+  and the totals are compared with the caps there. A loop whose iteration reached a cap is told
+  to end ``BUDGET_EXHAUSTED:fleet_dollars``; the overshoot is at most the iteration that
+  crossed it, per running loop.
+
+A day is the UTC date of the database's clock: the budget resets at midnight UTC on every
+machine at once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+
+from loopwright.core.outcomes import budget_exhausted
+from loopwright.registry.api import RegistryError
+from loopwright.registry.queue import (
+    CONTROL_CHANNEL,
+    PROGRESS,
+    QUEUE_CHANNEL,
+    fenced,
+    json_text,
+    json_value,
+)
+
+FLEET = "fleet"
+SCOPE_KINDS = ("account", "tag")
+OUT_OF_BUDGET = budget_exhausted("fleet_dollars")
+
+# The limits and the pauses in force, in one read (a claim with no limits costs one query).
+GATE = (
+    "SELECT scope, max_dollars_per_day, max_running, NULL AS until, {now} AS now FROM fleet_limits "
+    "UNION ALL SELECT 'account:' || account, NULL, NULL, until, {now} FROM account_pauses "
+    "WHERE until > {now}"
+)
+SET = (
+    "INSERT INTO fleet_limits (scope, max_dollars_per_day, max_running, updated_at) "
+    "VALUES (%s, %s, %s, {now}) ON CONFLICT (scope) DO UPDATE SET "
+    "max_dollars_per_day = COALESCE(excluded.max_dollars_per_day, fleet_limits.max_dollars_per_day), "
+    "max_running = COALESCE(excluded.max_running, fleet_limits.max_running), updated_at = excluded.updated_at"
+)
+ADD = (
+    "INSERT INTO fleet_spend (day, scope, dollars) VALUES (%s, %s, %s) ON CONFLICT (day, scope) "
+    "DO UPDATE SET dollars = fleet_spend.dollars + excluded.dollars RETURNING dollars"
+)
+# A later report never shortens a pause (workers on one account see the same limit at
+# slightly different times); resume_account ends one.
+PAUSE = (
+    "INSERT INTO account_pauses (account, until, reason, set_by, at) VALUES (%s, %s, %s, %s, {now}) "
+    "ON CONFLICT (account) DO UPDATE SET until = CASE WHEN account_pauses.until > excluded.until "
+    "THEN account_pauses.until ELSE excluded.until END, reason = excluded.reason, "
+    "set_by = excluded.set_by, at = excluded.at"
+)
+LIMITS = "SELECT scope, max_dollars_per_day, max_running, updated_at FROM fleet_limits"
+PAUSE_OF = "SELECT account, until, reason, set_by, at FROM account_pauses WHERE account = %s"
+PAUSES = "SELECT account, until, reason, set_by, at FROM account_pauses WHERE until > {now}"
+RUNNING = "SELECT id, account, tags FROM fleet_loops WHERE status = 'running'"
+END_OVER = (
+    "UPDATE fleet_loops SET status = 'ended', outcome = %s, reason = %s, worker = NULL, "
+    "lease_expires = NULL, updated_at = {now} WHERE id = %s"
+)
+
+
+def day_of(now: float) -> str:
+    """The UTC day of a time by the database's clock: the key of that day's spend."""
+    return time.strftime("%Y-%m-%d", time.gmtime(now))
+
+
+def check_scope(scope) -> str:
+    """``scope`` when it is one: 'fleet', 'account:<name>' or 'tag:<name>'."""
+    if scope == FLEET:
+        return scope
+    kind, _, name = scope.partition(":") if isinstance(scope, str) else ("", "", "")
+    if kind in SCOPE_KINDS and name and name.isprintable() and name.strip() == name:
+        return scope
+    raise RegistryError(f"bad limits scope {scope!r}: use fleet, account:<name> or tag:<name>")
+
+
+def scopes_of(account, tags) -> list[str]:
+    """The scopes a loop counts in, in the one order every transaction locks spend rows in (two
+    boundaries that lock them in opposite orders could deadlock). Tags are whatever the row
+    holds: only names count."""
+    found = {FLEET}
+    if isinstance(account, str):
+        found.add(f"account:{account}")
+    if isinstance(tags, list):
+        found |= {f"tag:{t}" for t in tags if isinstance(t, str) and t}
+    return sorted(found)
+
+
+def _cap(value, kind, what: str):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RegistryError(f"{what} is a number, not {value!r}")
+    value = kind(value)
+    if not math.isfinite(value) or value < 0:
+        raise RegistryError(f"{what} is a number of 0 or more, not {value!r}")
+    return value
+
+
+def _progress_sets(fields: dict) -> tuple[str, tuple]:
+    """The SET clause of a progress write (the fields Queue.progress takes, checked the same)."""
+    unknown = sorted(set(fields) - set(PROGRESS))
+    if unknown:
+        raise ValueError(f"not a progress field: {', '.join(unknown)}")
+    if fields.get("status", "running") not in ("running", "waiting_gate"):
+        raise ValueError("progress sets status running or waiting_gate (finish ends, release requeues)")
+    values = {k: json_text(v) if k in ("state", "gate") and v is not None else v for k, v in fields.items()}
+    return ", ".join(f"{k} = %s" for k in values), tuple(values.values())
+
+
+def _money(dollars: float) -> str:
+    return f"${dollars:,.2f}"
+
+
+def _whose(scope: str) -> str:
+    if scope == FLEET:
+        return "the fleet's"
+    kind, _, name = scope.partition(":")
+    return f"{kind} {name}'s"
+
+
+def over_reason(scope: str, cap: float, spent: float, day: str) -> str:
+    return f"{_whose(scope)} daily budget of {_money(cap)} is spent ({_money(spent)} on {day} UTC)"
+
+
+class ClaimGate:
+    """What the limits let one claim take, read at the start of the claim's transaction.
+
+    ``where`` (SQL, args) leaves out queued loops of a paused or capped account, or every
+    queued loop when the fleet is capped; ``admits`` checks a row it let through (tag caps, a
+    failover: a loop whose worker went away is counted among the running already)."""
+
+    def __init__(self, tx, dialect: str) -> None:
+        rows = tx.rows(GATE)
+        self.paused = {r["scope"].partition(":")[2] for r in rows if r["until"] is not None}
+        limits = [r for r in rows if r["until"] is None]
+        self.dollar_caps = {
+            r["scope"]: r["max_dollars_per_day"] for r in limits if r["max_dollars_per_day"] is not None
+        }
+        self.running_caps: dict[str, int] = {}
+        self.running: Counter = Counter()
+        self.spent: dict[str, float] = {}
+        self.day = day_of(rows[0]["now"]) if rows else ""
+        if any(r["max_running"] is not None for r in limits):
+            self._count_running(tx, dialect)
+        if self.dollar_caps:
+            spend = tx.rows("SELECT scope, dollars FROM fleet_spend WHERE day = %s", (self.day,))
+            self.spent = {r["scope"]: r["dollars"] for r in spend}
+        self.active = bool(rows)
+        self.sifts = any(s.startswith("tag:") for s in (*self.dollar_caps, *self.running_caps))
+        self.where = self._where()
+
+    def _count_running(self, tx, dialect: str) -> None:
+        # Claims take turns here: the count below and the row this claim takes are one step.
+        lock = " FOR UPDATE" if dialect == "postgres" else ""
+        caps = tx.rows(
+            f"SELECT scope, max_running FROM fleet_limits WHERE max_running IS NOT NULL ORDER BY scope{lock}"
+        )
+        self.running_caps = {r["scope"]: r["max_running"] for r in caps}
+        for row in tx.rows(RUNNING):
+            self.running.update(scopes_of(row["account"], json_value(row["tags"])))
+
+    def _full(self, scope: str, failover: bool = False) -> bool:
+        """At its running cap (a failover is counted among the running already)."""
+        cap = self.running_caps.get(scope)
+        return cap is not None and self.running[scope] - failover >= cap
+
+    def _over(self, scope: str) -> bool:
+        cap = self.dollar_caps.get(scope)
+        return cap is not None and self.spent.get(scope, 0.0) >= cap
+
+    def _where(self) -> tuple[str, tuple]:
+        if self._full(FLEET) or self._over(FLEET):
+            return " AND status <> 'queued'", ()
+        capped = {s for s in (*self.running_caps, *self.dollar_caps) if s.startswith("account:")}
+        shut = sorted(self.paused | {s.partition(":")[2] for s in capped if self._full(s) or self._over(s)})
+        if not shut:
+            return "", ()
+        marks = ", ".join("%s" for _ in shut)
+        return f" AND (status <> 'queued' OR account NOT IN ({marks}))", tuple(shut)
+
+    def admits(self, tx, row: dict) -> bool:
+        """Whether the claim may take ``row``. A failover past a dollar cap is ended here: the
+        loops that were running with it end at their next boundary, this is its."""
+        if not self.active:
+            return True
+        if row["account"] in self.paused:
+            return False
+        failover = row["status"] == "running"
+        scopes = scopes_of(row["account"], json_value(row["tags"]))
+        if any(self._full(s, failover) for s in scopes):
+            return False
+        over = [s for s in scopes if self._over(s)]
+        if not over:
+            return True
+        if failover:
+            reason = over_reason(over[0], self.dollar_caps[over[0]], self.spent.get(over[0], 0.0), self.day)
+            tx.run(END_OVER, (OUT_OF_BUDGET, reason, row["id"]))
+            self.running.subtract(scopes)
+        return False
+
+
+class Limits:
+    """Mixed into the Registry: ``self.backend`` is its database."""
+
+    def claim_gate(self, tx) -> ClaimGate:
+        """What the limits let the claim running in ``tx`` take (Queue.claim asks)."""
+        return ClaimGate(tx, self.backend.dialect)
+
+    def set_limits(self, scope: str, *, max_dollars_per_day=None, max_running=None) -> dict:
+        """Sets the caps given for ``scope`` ('fleet', 'account:<name>' or 'tag:<name>'),
+        keeping the other as it was; the scope's limits after."""
+        check_scope(scope)
+        dollars = _cap(max_dollars_per_day, float, "--max-dollars-per-day")
+        running = _cap(max_running, int, "--max-running")
+        if isinstance(max_running, float) and not max_running.is_integer():
+            raise RegistryError(f"--max-running is a whole number, not {max_running!r}")
+        if dollars is None and running is None:
+            raise RegistryError("give a cap to set: --max-dollars-per-day D or --max-running N")
+        with self.backend.tx() as tx:
+            tx.run(SET, (scope, dollars, running))
+            self.backend.notify(tx, QUEUE_CHANNEL, f"limits:{scope}")  # a raised cap frees claims
+            return tx.one(LIMITS + " WHERE scope = %s", (scope,))
+
+    def clear_limits(self, scope: str) -> bool:
+        """Removes the caps of ``scope``; whether it had any."""
+        check_scope(scope)
+        with self.backend.tx() as tx:
+            gone = tx.run("DELETE FROM fleet_limits WHERE scope = %s", (scope,)) == 1
+            self.backend.notify(tx, QUEUE_CHANNEL, f"limits:{scope}")
+        return gone
+
+    def limits(self) -> list[dict]:
+        """Every scope's caps, with its loops running now and its spend today: the fleet
+        first, then accounts and tags by name."""
+        return self.limits_report()["limits"]
+
+    def limits_report(self) -> dict:
+        """The UTC day, the limits (as :meth:`limits`), today's spend of every scope that spent
+        and the pauses in force: what `loopwright fleet limits` and the page show."""
+        with self.backend.tx() as tx:
+            now = tx.one("SELECT {now} AS now")["now"]
+            day = day_of(now)
+            rows = tx.rows(LIMITS)
+            spend = {r["scope"]: r["dollars"] for r in tx.rows(SPEND_OF_DAY, (day,))}
+            running: Counter = Counter()
+            for row in tx.rows(RUNNING):
+                running.update(scopes_of(row["account"], json_value(row["tags"])))
+            pauses = tx.rows(PAUSES + " ORDER BY account")
+        rows.sort(key=lambda r: (r["scope"] != FLEET, r["scope"]))
+        limits = [dict(r, spent_today=spend.get(r["scope"], 0.0), running=running[r["scope"]]) for r in rows]
+        return {"day": day, "now": now, "limits": limits, "spend": spend, "pauses": pauses}
+
+    def spend_today(self, scope: str = FLEET) -> float:
+        """Dollars ``scope`` spent today (UTC, by the database's clock)."""
+        check_scope(scope)
+        with self.backend.tx() as tx:
+            day = day_of(tx.one("SELECT {now} AS now")["now"])
+            row = tx.one("SELECT dollars FROM fleet_spend WHERE day = %s AND scope = %s", (day, scope))
+        return row["dollars"] if row else 0.0
+
+    def record_spend(self, loop_id: str, generation: int, dollars_delta: float, **progress_fields) -> dict:
+        """An iteration boundary: the progress write (fields as Queue.progress takes them,
+        fenced: LeaseLost when this claim no longer stands, nothing added) and the iteration's
+        ``dollars_delta`` added to today's spend of the fleet, the loop's account and each of
+        its tags, in one transaction, compared there with the caps. ``stop`` is the outcome the
+        loop must end with now (a cap reached), ``paused_until`` when its account is paused."""
+        delta = _cap(dollars_delta, float, "an iteration's dollars")
+        sets, args = _progress_sets(progress_fields)
+        with self.backend.tx() as tx:
+            fenced(tx, loop_id, generation, sets, args)
+            row = tx.one(
+                "SELECT account, tags, control, gate, {now} AS now FROM fleet_loops WHERE id = %s", (loop_id,)
+            )
+            day, scopes = day_of(row["now"]), scopes_of(row["account"], json_value(row["tags"]))
+            spent = {s: _add(tx, day, s, delta) for s in scopes}
+            caps = tx.rows(
+                "SELECT scope, max_dollars_per_day FROM fleet_limits WHERE max_dollars_per_day IS NOT NULL "
+                "AND scope IN (" + ", ".join("%s" for _ in scopes) + ")",
+                tuple(scopes),
+            )
+            pause = tx.one(PAUSES + " AND account = %s", (row["account"],))
+        over = sorted((r["scope"] != FLEET, r["scope"], r["max_dollars_per_day"]) for r in caps)
+        over = [(s, cap) for _, s, cap in over if spent[s] >= cap]
+        return {
+            "stop": OUT_OF_BUDGET if over else None,
+            "reason": over_reason(over[0][0], over[0][1], spent[over[0][0]], day) if over else None,
+            "spent_today": spent,
+            "paused_until": pause["until"] if pause else None,
+            "control": row["control"],
+            "gate": json_value(row["gate"]),
+        }
+
+    def pause_account(self, account: str, until: float, reason: str, by: str) -> dict:
+        """Pauses ``account`` until ``until`` (epoch seconds; a usage limit's reset): no claims
+        of its loops, and its running loops are told at their boundary. Extends a pause in
+        force, never shortens it. Every worker listening is told (``account:<name>``)."""
+        if not isinstance(account, str) or not account:
+            raise RegistryError(f"bad account name {account!r}")
+        until = _cap(until, float, "a pause's end")
+        with self.backend.tx() as tx:
+            tx.run(PAUSE, (account, until, reason, by))
+            self.backend.notify(tx, CONTROL_CHANNEL, f"account:{account}")
+            return tx.one(PAUSE_OF, (account,))
+
+    def account_pause(self, account: str) -> dict | None:
+        """The pause ``account`` is under now, or None."""
+        with self.backend.tx() as tx:
+            return tx.one(PAUSES + " AND account = %s", (account,))
+
+    def account_pauses(self) -> list[dict]:
+        """Every pause in force, by account."""
+        with self.backend.tx() as tx:
+            return tx.rows(PAUSES + " ORDER BY account")
+
+    def resume_account(self, account: str) -> bool:
+        """Ends ``account``'s pause now; whether it had one in force."""
+        with self.backend.tx() as tx:
+            had = tx.one(PAUSES + " AND account = %s", (account,)) is not None
+            tx.run("DELETE FROM account_pauses WHERE account = %s", (account,))
+            self.backend.notify(tx, CONTROL_CHANNEL, f"account:{account}")
+            self.backend.notify(tx, QUEUE_CHANNEL, f"account:{account}")
+        return had
+
+
+SPEND_OF_DAY = "SELECT scope, dollars FROM fleet_spend WHERE day = %s ORDER BY scope"
+
+
+def _add(tx, day: str, scope: str, delta: float) -> float:
+    """``scope``'s spend today after adding ``delta``. The row stays locked until the boundary's
+    transaction ends, so that two boundaries crossing a cap at once both see the total."""
+    if delta == 0:
+        row = tx.one("SELECT dollars FROM fleet_spend WHERE day = %s AND scope = %s", (day, scope))
+        return float(row["dollars"]) if row else 0.0
+    return float(tx.one(ADD, (day, scope, delta))["dollars"])

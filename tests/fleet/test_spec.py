@@ -1,0 +1,77 @@
+"""A fleet row's spec becomes `loopwright run` arguments: checked, bounded, and never able to set
+the runner's own options from a database others can write."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopwright.cli.run import run
+from loopwright.fleet import spec
+from loopwright.fleet.spec import SpecError, runner_args
+
+
+def test_the_deny_list_is_exactly_the_run_commands_options():
+    options = {o for p in run.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+    assert options | {"--help"} == spec.RUN_OPTIONS
+
+
+def test_a_goal_goes_after_the_options_as_one_argument():
+    args = runner_args("prompt", {"goal": "fix it; rm -rf / $(x)\n`y`", "limits": {"max_iterations": 3}})
+    assert args == ["--max-iterations", "3", "--", "fix it; rm -rf / $(x)\n`y`"]
+
+
+def test_options_and_flags_become_their_switches():
+    row = {"goal": "g", "completion_promise": "DONE", "judge": False, "wrap_up": True, "limits": {}}
+    assert runner_args("prompt", row) == [
+        "--completion-promise",
+        "DONE",
+        "--no-judge",
+        "--wrap-up",
+        "--",
+        "g",
+    ]
+
+
+def test_a_mode_s_words_follow_its_name():
+    assert runner_args("work", {"args": ["--source", "github"]}) == ["work", "--source", "github"]
+
+
+@pytest.mark.parametrize(
+    "word", ["--claude", "--claude=/tmp/evil", "--plugin-dir", "--notify=command:x", "--carry"]
+)
+def test_a_mode_s_words_never_set_a_runner_option(word):
+    with pytest.raises(SpecError, match="runner's own option"):
+        runner_args("work", {"args": ["--source", "github", word]})
+
+
+@pytest.mark.parametrize(
+    "kind, row, problem",
+    [
+        ("prompt", {"goal": ""}, "non-empty"),
+        ("prompt", {"goal": "x" * (spec.MAX_GOAL + 1)}, "limit is"),
+        ("prompt", {"goal": "g", "limits": {"max_iterations": 0}}, "between"),
+        ("prompt", {"goal": "g", "limits": {"max_iterations": 2.5}}, "whole number"),
+        ("prompt", {"goal": "g", "limits": {"max_iterations": True}}, "whole number"),
+        ("prompt", {"goal": "g", "limits": {"max_dollars": "5"}}, "number"),
+        ("prompt", {"goal": "g", "limits": {"rm": 1}}, "unknown limit"),
+        ("prompt", {"goal": "g", "limits": []}, "JSON object"),
+        ("prompt", {"goal": "g", "verify": "a\nb"}, "line break"),
+        ("prompt", {"goal": "g", "judge": "yes"}, "true or false"),
+        ("prompt", "not a dict", "not a JSON object"),
+        ("shell", {"goal": "g"}, "unknown kind"),
+        ("work", {"args": "--source github"}, "list"),
+        ("work", {"args": ["x"] * 65}, "list"),
+        ("work", {"args": ["ok", 7]}, "non-empty text"),
+    ],
+)
+def test_a_bad_row_is_one_clear_error(kind, row, problem):
+    with pytest.raises(SpecError, match=problem) as err:
+        runner_args(kind, row)
+    assert "\n" not in str(err.value)
+
+
+def test_limits_of_returns_the_checked_limits():
+    assert spec.limits_of({"limits": {"max_dollars": 2.5}}) == {"max_dollars": 2.5}
+    assert spec.limits_of(None) == {}
+    with pytest.raises(SpecError):
+        spec.limits_of({"limits": {"max_dollars": -1}})
