@@ -1,0 +1,116 @@
+"""Shared pieces of the fleet's end-to-end tests: a pushed remote (a local bare repository),
+`loopwright` commands, workers started as if on separate machines (each its own data directory,
+HOME and output file), their rows and beats as the database holds them, and a router that lets
+one scripted model serve several loops at once by the goal each conversation started with."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import claude_cli
+import fakeapi
+from conftest import KEY_HOME, REPO
+
+LW = str(REPO / "bin" / "loopwright")
+
+
+def git(*args, cwd=None) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.strip()
+
+
+def make_remote(tmp_path: Path) -> Path:
+    """A bare repository with one commit on main."""
+    bare, seed = tmp_path / "remote.git", tmp_path / "seed"
+    git("init", "-q", "--bare", "-b", "main", str(bare))
+    git("init", "-q", "-b", "main", str(seed))
+    (seed / "README.md").write_text("# demo\n")
+    git("-C", str(seed), "add", "README.md")
+    git("-C", str(seed), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start")
+    git("-C", str(seed), "push", "-q", str(bare), "main")
+    return bare
+
+
+def lw(*args, env=None) -> subprocess.CompletedProcess:
+    base = dict(os.environ, LOOPWRIGHT_PYTHON=sys.executable, XDG_CONFIG_HOME=KEY_HOME)
+    return subprocess.run(
+        [LW, *args], capture_output=True, text=True, timeout=60, env={**base, **(env or {})}
+    )
+
+
+def start_worker(url: str, remote: Path, data: Path, server, home: Path, *extra: str) -> subprocess.Popen:
+    """A worker whose output goes to ``data``.log (read with worker_log)."""
+    home.mkdir(exist_ok=True)
+    argv = [
+        LW, "worker", "--db", url, "--slots", "1", "--allow-repo", f"file://{remote}",
+        "--data", str(data), "--lease", "6", "--heartbeat", "1", "--poll", "0.5",
+        "--claude", claude_cli.claude_binary(), "--claude-arg=--dangerously-skip-permissions",
+        "--runner-arg=--poll-seconds", "--runner-arg=0.5", "--runner-arg=--stall-polls", "--runner-arg=1000",
+        *extra,
+    ]  # fmt: skip
+    env = claude_cli.offline_env(
+        server.url, home, {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME}
+    )
+    with open(f"{data}.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc.log = Path(f"{data}.log")
+    return proc
+
+
+def worker_log(proc: subprocess.Popen) -> str:
+    return proc.log.read_text(errors="replace")
+
+
+def row_of(url: str, name: str) -> dict:
+    out = lw("fleet", "ls", "--db", url, "--json")
+    assert out.returncode == 0, out.stderr
+    return next((r for r in json.loads(out.stdout) if r["name"] == name), {})
+
+
+def beat_of(url: str) -> float:
+    """When the (one) worker last beat, by the database's clock."""
+    out = lw("fleet", "workers", "--db", url, "--json")
+    assert out.returncode == 0, out.stderr
+    return max((w["beat_at"] for w in json.loads(out.stdout)), default=0.0)
+
+
+def stop_worker(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return worker_log(proc)
+
+
+class ByGoal:
+    """A fakeapi reply that picks a script by the loop a conversation belongs to: the first key
+    of ``scripts`` found in the request's messages (a goal's marker word). Each script's items
+    are used in order; when one runs out, ``then`` answers (default: a plain text)."""
+
+    def __init__(self, scripts: dict, then=None) -> None:
+        self.scripts = {k: list(v) for k, v in scripts.items()}
+        self.used = {k: 0 for k in scripts}
+        self.then = then or fakeapi.text("Nothing more to do.")
+        self.lock = threading.Lock()  # the server answers requests on threads of its own
+
+    def key_of(self, request) -> str | None:
+        blob = json.dumps(request.body.get("messages", []))
+        return next((k for k in self.scripts if k in blob), None)
+
+    def __call__(self, request):
+        key = self.key_of(request)
+        with self.lock:
+            if key is None or self.used[key] >= len(self.scripts[key]):
+                return self.then
+            item = self.scripts[key][self.used[key]]
+            self.used[key] += 1
+        return item(request) if callable(item) and not isinstance(item, fakeapi.Reply) else item
