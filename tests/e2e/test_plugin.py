@@ -26,6 +26,7 @@ def plugin_copy(tmp_path):
     for part in ("hooks", "lib", "bin", "commands", "skills", ".claude-plugin"):
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "requirements.txt", root / "requirements.txt")
+    shutil.copy(REPO / "requirements-fleet.txt", root / "requirements-fleet.txt")
     return root
 
 
@@ -77,6 +78,14 @@ def test_session_start_installs_packages_once_and_again_when_requirements_change
         ["sh", "-c", f'. "{root}/hooks/lib.sh"; echo "$LW_PY"'], capture_output=True, text=True, env=env
     )
     assert probe.stdout.strip() == str(py)
+    # Without a fleet database the PostgreSQL client is not installed; with one it is, once.
+    assert subprocess.run([str(py), "-c", "import psycopg"], capture_output=True).returncode != 0
+    env["LOOPWRIGHT_DATABASE_URL"] = "postgresql://lw@db.example/fleet"
+    assert "installed" in run()
+    check = subprocess.run([str(py), "-c", "import psycopg, psycopg_pool"], capture_output=True)
+    assert check.returncode == 0, check.stderr
+    before = python_starts()
+    assert run() == "" and python_starts() == before
 
 
 @pytest.mark.e2e
