@@ -25,8 +25,9 @@ def _modules():
         from psycopg.rows import dict_row
     except ImportError as exc:
         raise RegistryError(
-            f"a PostgreSQL registry needs the fleet packages ({exc.name}): pip install 'loopwright[fleet]'"
-        )
+            f"a PostgreSQL registry needs the fleet packages ({exc.name} is missing): pip install "
+            "'loopwright[fleet]', or in the plugin set LOOPWRIGHT_DATABASE_URL and start a new session"
+        ) from None
     return psycopg, psycopg_pool, dict_row
 
 
