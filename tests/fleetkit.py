@@ -44,8 +44,11 @@ def lw(*args, env=None) -> subprocess.CompletedProcess:
     )
 
 
-def start_worker(url: str, remote: Path, data: Path, server, home: Path, *extra: str) -> subprocess.Popen:
-    """A worker whose output goes to ``data``.log (read with worker_log)."""
+def start_worker(
+    url: str, remote: Path, data: Path, server, home: Path, *extra: str, env: dict | None = None
+) -> subprocess.Popen:
+    """A worker whose output goes to ``data``.log (read with worker_log); ``env`` adds to the
+    environment of the worker, its runners and their clients."""
     home.mkdir(exist_ok=True)
     argv = [
         LW, "worker", "--db", url, "--slots", "1", "--allow-repo", f"file://{remote}",
@@ -54,9 +57,8 @@ def start_worker(url: str, remote: Path, data: Path, server, home: Path, *extra:
         "--runner-arg=--poll-seconds", "--runner-arg=0.5", "--runner-arg=--stall-polls", "--runner-arg=1000",
         *extra,
     ]  # fmt: skip
-    env = claude_cli.offline_env(
-        server.url, home, {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME}
-    )
+    extra_env = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME, **(env or {})}
+    env = claude_cli.offline_env(server.url, home, extra_env)
     with open(f"{data}.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     proc.log = Path(f"{data}.log")

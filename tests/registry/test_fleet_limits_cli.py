@@ -55,7 +55,8 @@ def test_caps_are_set_per_scope_and_shown_with_todays_spend_and_pauses(db):
             ["paused:", "account", "team-a", "until"] + lines[6].split()[4:],
         ]
     )
-    assert lines[6].endswith("UTC (usage limit (429), by worker-1)") and len(lines) == 7
+    assert lines[6].endswith("UTC (usage limit (429), by worker-1); its loops wait for the reset")
+    assert len(lines) == 7
     data = json.loads(run(db, "--json").stdout)
     assert [(r["scope"], r["spent_today"], r["running"]) for r in data["limits"]] == [
         ("fleet", 1.25, 1),

@@ -189,7 +189,8 @@ def test_an_account_or_tag_dollar_cap_stops_its_loops_only(reg):
     assert over["stop"] == OUT and over["reason"].startswith(
         "account a's daily budget of $1.00 is spent ($1.50"
     )
-    assert reg.record_spend(t1["id"], 1, 1.0)["stop"] is None
+    under = reg.record_spend(t1["id"], 1, 1.0)
+    assert under["stop"] is None and under["caps"] == {"tag:pricey": 2.0}  # the loop's capped scopes
     assert reg.record_spend(t1["id"], 1, 1.0)["stop"] == OUT
     assert claimed(reg) == ["b1"]
     assert reg.spend_today() == 3.5
@@ -201,6 +202,22 @@ def test_an_account_or_tag_dollar_cap_stops_its_loops_only(reg):
         "account:default": 2.0,
         "tag:pricey": 2.0,
     }
+
+
+def test_a_spent_budget_tells_every_other_running_loop_of_its_scope_at_once(reg):
+    """The boundary that spends a cap asks each other running loop of that scope to make the
+    iteration it is in its last (its control, seen at its next heartbeat), not only at its own
+    next boundary; loops of other scopes, and a stop already asked for, are left alone."""
+    for name, account, tags in (("x1", "a", ()), ("x2", "a", ()), ("x3", "a", ()), ("y1", "b", ())):
+        submit(reg, name, account=account, tags=tags)
+    reg.set_limits("account:a", max_dollars_per_day=1)
+    rows = {r["name"]: r for r in (reg.claim("w", "h", lease=600) for _ in range(4))}
+    assert reg.request("x3", "stop")["control"] == "stop"
+    assert reg.record_spend(rows["x1"]["id"], 1, 0.5)["stop"] is None
+    assert reg.heartbeat(rows["x2"]["id"], 1, lease=600)["control"] is None  # under the cap: nothing
+    assert reg.record_spend(rows["x1"]["id"], 1, 0.5)["stop"] == OUT
+    controls = {n: reg.heartbeat(r["id"], 1, lease=600)["control"] for n, r in rows.items()}
+    assert controls == {"x1": None, "x2": "budget", "x3": "stop", "y1": None}
 
 
 def test_a_failover_past_the_dollar_cap_ends_out_of_budget(reg):

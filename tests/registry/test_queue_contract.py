@@ -235,6 +235,30 @@ def test_the_repository_filter_skips_loops_and_leaves_them_for_other_workers(reg
     assert reg.claim("w2", "b")["id"] == others[0]
 
 
+def test_the_repository_filter_holds_for_repositories_it_allowed_before(reg):
+    """The repositories a filter allowed are remembered (a claim may take their loops in one
+    statement): a loop of another repository at the head of the queue is still looked at and
+    left, a repository new to the filter is still asked about, and another filter starts afresh."""
+    ok, new, evil = "https://git.example/ok.git", "https://git.example/new.git", "https://evil.example/x.git"
+    asked = []
+
+    def only_ok(repo):
+        asked.append(repo)
+        return repo.startswith("https://git.example/")
+
+    first = submit(reg, repo=ok)["id"]
+    assert reg.claim("w1", "a", allowed=only_ok)["id"] == first
+    bad, second, third = (submit(reg, repo=r)["id"] for r in (evil, ok, new))
+    asked.clear()
+    assert reg.claim("w1", "a", allowed=only_ok)["id"] == second and evil in asked
+    assert reg.claim("w1", "a", allowed=only_ok)["id"] == third and new in asked
+    assert reg.claim("w1", "a", allowed=only_ok) is None
+    fourth = submit(reg, repo=ok)["id"]
+    assert reg.claim("w2", "b", allowed=lambda repo: False) is None
+    assert [reg.fleet_loop(i)["status"] for i in (bad, fourth)] == ["queued", "queued"]
+    assert reg.claim("w1", "a", allowed=only_ok)["id"] == fourth
+
+
 def test_the_account_filter(reg):
     a = submit(reg, account="team-a")
     b = submit(reg, account="team-b")

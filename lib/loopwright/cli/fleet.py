@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import click
@@ -82,35 +83,67 @@ def _spec(kind: str, words: tuple, limits: dict, options: dict) -> dict:
 @click.option(
     "--wrap-up/--no-wrap-up", default=None, help="A last turn for a handoff when a budget runs out."
 )
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 64),
+    help="N loops over one backlog (work loops), each item worked by one of them; named <name>-1…N.",
+)
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="Print the queued row as JSON.")
-def submit(words, repo, branch, name, account, tags, url, as_json, **rest) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the queued row as JSON (a list with --parallel)."
+)
+def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **rest) -> None:
     """Queue a loop for the fleet. WORDS is a goal, or a mode and its options (`submit work
     --source github …`, as `loopwright run` takes them). A worker whose --allow-repo accepts
     the repository claims it, works on the branch loopwright/<name> and pushes it after every
-    iteration."""
+    iteration. With --parallel N, N work loops share the backlog: the fleet's database gives each
+    item to one of them."""
     from loopwright.fleet import spec as specs
     from loopwright.registry import RegistryError
 
     kind = words[0] if words[0] in MODES else "prompt"
     limits = {k: rest.pop(k) for k in list(rest) if k.startswith("max_")}
     spec = _spec(kind, words, limits, rest)
+    if parallel is not None:
+        spec["backlog"] = uuid.uuid4().hex  # the N loops' one backlog in the database (registry/items.py)
+    names = _names(name, parallel)
     try:
         specs.runner_args(kind, spec)  # what a worker would refuse is refused now
     except specs.SpecError as exc:
         fail(str(exc))
     reg = registry(url)
     try:
-        row = reg.submit(
-            kind=kind, spec=spec, repo=repo, branch=branch, account=account, tags=tags, name=name
-        )
+        taken = [n for n in names if n is not None and reg.fleet_loop(n) is not None]
+        if taken:
+            fail(f"a fleet loop named {taken[0]} exists already: choose another --name")
+        rows = [
+            reg.submit(kind=kind, spec=spec, repo=repo, branch=branch, account=account, tags=tags, name=n)
+            for n in names
+        ]
     except RegistryError as exc:
         fail(str(exc))
     finally:
         reg.close()
     if as_json:
-        return echo_json(row)
-    echo(f"queued fleet loop {row['name']} ({kind}) on {repo} → branch {row['work_branch']} (id {row['id']})")
+        return echo_json(rows if parallel is not None else rows[0])
+    for row in rows:
+        where = f"on {repo} → branch {row['work_branch']}"
+        echo(f"queued fleet loop {row['name']} ({kind}) {where} (id {row['id']})")
+
+
+def _names(name: str | None, parallel: int | None) -> list:
+    """The loops' names: ``name`` for one loop, <name>-1…N for --parallel N (drawn when none)."""
+    from loopwright.state.project import is_loop_name
+
+    if parallel is None:
+        return [name]
+    if name is None:
+        return [None] * parallel
+    names = [f"{name}-{i}" for i in range(1, parallel + 1)]
+    if not all(is_loop_name(n) for n in names):
+        rule = "1-64 letters, digits, '-' or '_'"
+        fail(f"invalid --name {name!r} for --parallel {parallel}: the name {names[-1]} must be {rule}")
+    return names
 
 
 @click.command("worker")

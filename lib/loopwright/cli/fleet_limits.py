@@ -45,7 +45,10 @@ def _show(report: dict, where: str) -> None:
     for pause in report["pauses"]:
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(pause["until"]))
         by = f", by {pause['set_by']}" if pause["set_by"] else ""
-        echo(f"paused: account {pause['account']} until {until} ({pause['reason'] or 'no reason given'}{by})")
+        echo(
+            f"paused: account {pause['account']} until {until} ({pause['reason'] or 'no reason given'}{by}); "
+            "its loops wait for the reset"
+        )
 
 
 @click.command("limits")
@@ -63,11 +66,14 @@ def _show(report: dict, where: str) -> None:
 @click.option("--clear", is_flag=True, help="Remove the scope's limits.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def limits(url, max_dollars_per_day, max_running, account, tag, clear, as_json) -> None:
-    """The fleet's limits: a daily dollar budget and a cap on loops running at once, for the
-    whole fleet, one --account or one --tag. Checked when a worker claims a loop and at every
-    iteration's end, with the spend: past a budget no loop is claimed and running loops end
-    BUDGET_EXHAUSTED:fleet_dollars at their next iteration's end. With no setting, shows the
-    limits, today's spend and the accounts paused by a usage limit."""
+    """The fleet's limits: a daily dollar budget (a UTC day) and a cap on loops running at
+    once, for the whole fleet, one --account or one --tag. Checked when a worker claims a loop
+    and when an iteration ends, with its spend: past a budget no loop is claimed, and a running
+    loop ends BUDGET_EXHAUSTED:fleet_dollars after the iteration it is running once one of its
+    iterations ends with today's spend at the cap, or within the loop's mean iteration cost of
+    it. An account whose loop meets a usage limit (HTTP 429) is paused until the limit resets:
+    every worker hands its loops back, and they go on after the reset. With no setting, shows
+    the limits, today's spend and the paused accounts."""
     from loopwright.registry import RegistryError, open_registry
     from loopwright.serve import token
 

@@ -117,6 +117,13 @@ class Reporter:
     hidden=True,
     help="A fleet worker's JSON {counters, handoff}: the new loop goes on from them (actions/carry.py).",
 )
+@click.option(
+    "--fleet-items",
+    "fleet_items",
+    type=click.Path(dir_okay=False),
+    hidden=True,
+    help="A fleet worker's JSON list of the backlog items this loop holds (actions/fleetitems.py).",
+)
 @click.pass_obj
 def run(
     obj: Ctx,
@@ -132,6 +139,7 @@ def run(
     notify,
     as_json,
     carry_file,
+    fleet_items,
     **limits,
 ):
     """Run a loop unattended in a headless Claude Code client until it ends. PROMPT is a goal,
@@ -162,22 +170,30 @@ def run(
         fail(f"--session {session_id!r}: use a UUID such as Claude Code's session ids")
     job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json), session)
     try:
-        goal = _mode_command(prompt, limits) or " ".join(prompt)
-        if loop_name:
-            first = job.attach(loop_name)
-        elif goal.lstrip().startswith("/loopwright:"):
-            first = job.command(goal.strip())
-        else:
-            req = starting.StartRequest(prompt=goal)
-            for attr, value in limits.items():
-                if value is not None:
-                    setattr(req, attr, value)
-            first = job.start(req)
+        first = _begin(job, prompt, limits, loop_name)
+        if fleet_items:  # before the carried counters: only a loop that starts now takes it
+            from loopwright.actions import fleetitems
+
+            fleetitems.attach(obj.state, job.paths.name, fleet_items)
         if carry_file and not loop_name:
             first = _carried(obj, job, carry_file) + first
     except UserError as exc:
         fail(str(exc))
     sys.exit(job.go(first))
+
+
+def _begin(job, prompt, limits: dict, loop_name: str | None) -> str:
+    """Attach to the loop named, or start one from a mode's command line or a goal; the first prompt."""
+    goal = _mode_command(prompt, limits) or " ".join(prompt)
+    if loop_name:
+        return job.attach(loop_name)
+    if goal.lstrip().startswith("/loopwright:"):
+        return job.command(goal.strip())
+    req = starting.StartRequest(prompt=goal)
+    for attr, value in limits.items():
+        if value is not None:
+            setattr(req, attr, value)
+    return job.start(req)
 
 
 def _carried(obj: Ctx, job, carry_file: str) -> str:

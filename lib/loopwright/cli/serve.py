@@ -76,7 +76,8 @@ def serve(obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify, 
         fail(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); choose another --port")
     sock.listen(128)  # connections wait in the backlog until the server takes them
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(app.make_app(monitor), log_level="warning")
+    # An open page's event stream never ends by itself: at exit it is cut after a few seconds.
+    config = uvicorn.Config(app.make_app(monitor), log_level="warning", timeout_graceful_shutdown=3)
     echo(f"loopwright serve: projects {', '.join(map(str, served))}")
     echo(f"loopwright serve: API on http://127.0.0.1:{bound}/api/ (token: {home / 'token'})")
     echo(f"loopwright serve: open http://127.0.0.1:{bound}/login?code={monitor.login_code()} (one use)")

@@ -129,6 +129,9 @@ class Mode:
     self_counted: tuple = ()
     # True: the loop works on the project's task registry, not on a task list of its own.
     project_tasks = False
+    # True: a fleet may run several loops of this mode over one backlog (`submit --parallel`), each
+    # item worked by one of them; the mode then gives fleet_share and with_fleet_items.
+    shares_backlog = False
 
     def begin(self, config: dict, project: str, stamp: str) -> dict | None:
         """Check a start request's mode settings (``config`` holds the mode's keys and the
@@ -166,6 +169,17 @@ class Mode:
     def outcome_text(self, loop: dict, outcome: str) -> str | None:
         """Why the loop ended, in this mode's words; None leaves it to the engine (pure)."""
         return None
+
+    def fleet_share(self, loop: dict, state: dict | None) -> tuple[list[str], list[str]]:
+        """For a loop whose backlog a fleet shares: the items it could take next, in the order it
+        takes them, and the items it has taken already (reads the backlog: I/O, for the loop's
+        worker). Raises LoopError when the backlog cannot be read."""
+        raise NotImplementedError
+
+    def with_fleet_items(self, loop: dict, path: str) -> dict:
+        """``loop`` (loop.json) working only the items that the file at ``path`` (its fleet
+        worker's, outside the clone) lists as the loop's own (pure)."""
+        raise NotImplementedError
 
     def end(self, loop: dict, outcome: str) -> None:
         """Clean up the mode's transient files once the loop has ended."""

@@ -7,6 +7,11 @@ work branch and writes the loop's counters to the database: a worker that dies l
 the iteration that was running. Every write names the claim's generation: once another worker
 holds the loop, the slot's next write is refused (LeaseLost) and it stops the runner without
 pushing; the push itself is fenced by git too (force-with-lease on the tip it last pushed).
+
+The counters go in with the iteration's dollars added to the day's spend (fleet/limits.py):
+a loop the fleet's budget ends stops after the iteration under way. A usage limit (HTTP 429)
+pauses the loop's account for the whole fleet: every slot of the account's loops stops its
+runner and hands the loop back, to go on after the reset.
 """
 
 from __future__ import annotations
@@ -24,12 +29,16 @@ from loopwright.actions import carry
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.core.outcomes import gate_stop, stopped
-from loopwright.fleet import handoff, spec
+from loopwright.fleet import handoff, limits, spec
+from loopwright.fleet.items import Share
 from loopwright.fleet.workspace import PushRejected, Workspace
 from loopwright.registry import LeaseLost, RegistryError
 from loopwright.state import loops, store
 
 LOOPWRIGHT = Path(__file__).resolve().parents[3] / "bin" / "loopwright"
+# Kinds whose loop takes the fleet loop's name (a task loop is named for its module): parallel
+# work loops then keep apart in branch names and reports.
+NAMED = ("prompt", "work", "review")
 RETRY_SECONDS = 600.0  # how long a write waits for a database that went away
 
 
@@ -51,6 +60,12 @@ class Slot:
         self.ws: Workspace | None = None
         self.history_seen = 0
         self.note = ""
+        self.share: Share | None = None  # a --parallel work loop's share of its backlog (fleet/items.py)
+        self.recorded = limits.money(row.get("dollars"))  # the loop's dollars the database has counted
+        self.out_of_budget: str | None = None  # why the fleet's budget ends the loop (its row's reason)
+        self.told_stop = False  # a boundary said the budget is spent (not only that it would be)
+        self.quota: dict | None = None  # the runner's quota_wait event, not acted on yet
+        self.paused: dict | None = None  # the account's pause in force: hand the loop back
         self.thread = threading.Thread(target=self._run, name=f"slot-{self.name}", daemon=True)
 
     def start(self) -> None:
@@ -70,6 +85,8 @@ class Slot:
             self._hand_back(f"the worker failed: {type(exc).__name__}: {exc}"[:500])
         finally:
             self._kill()
+            if self.share is not None:
+                self.share.end()
             self.done.set()
 
     def _drive(self) -> None:
@@ -85,6 +102,10 @@ class Slot:
         self.ws.prepare()
         shutil.rmtree(self.ws.dir / ".loopwright", ignore_errors=True)  # a new local loop each claim
         self.w.log("claimed", loop=self.name, generation=self.gen, failovers=row["failovers"])
+        self.share = Share.of(self)
+        if self.share is not None:
+            self.share.start()
+            args = self.share.argv() + args
         self._start_runner(args, self._carry_file(gate))
         self._watch()
         self._settle()
@@ -105,7 +126,7 @@ class Slot:
     def _start_runner(self, args: list[str], carried: str | None) -> None:
         argv = [str(LOOPWRIGHT), "-C", str(self.ws.dir), "run", "--json", "--session", str(uuid.uuid4())]
         argv += [*self.w.runner_options, *(["--carry", carried] if carried else [])]
-        if self.row["kind"] == "prompt":
+        if self.row["kind"] in NAMED:
             argv += ["--name", self.name]
         log = open(self.w.data / "logs" / f"{self.name}-{self.gen}.log", "ab")  # noqa: SIM115 - the child's
         self.proc = subprocess.Popen(
@@ -132,6 +153,9 @@ class Slot:
                 self.local = event["loop"]
             if event.get("event") in ("ended", "waiting", "quota_wait", "stall"):
                 self.w.log(event["event"], loop=self.name, detail=event)
+            if event.get("event") == "quota_wait":  # the slot pauses the account (_watch)
+                self.quota = event
+                self.wake.set()
 
     def _watch(self) -> None:
         """Until the runner exits: push each iteration as it ends, act on stop and cancel."""
@@ -141,25 +165,38 @@ class Slot:
                 raise LeaseLost(self.note or "the claim was lost")
             if self.stop_now:
                 self._kill()
-                return self._hand_back("its worker was stopped: the loop goes on elsewhere")
+                return self._let_go("its worker was stopped: the loop goes on elsewhere")
+            if self.quota is not None:
+                self._report_quota()
+            if self.paused is not None:
+                self._kill()  # nothing more on a paused account: the iteration under way is redone
+                if self._iterations() > pushed:
+                    self._sync(self._iterations())  # an iteration it finished is kept, not redone
+                return self._let_go(self._pause_reason())
             self._act_on_control()
+            if self.share is not None:
+                self.share.poll()  # after a Stop: the loop's next item reserved before it needs it
             done = self._iterations()
             if done > pushed:
                 self._sync(done)
                 pushed = done
                 if self.drain:
                     self._kill()
-                    return self._hand_back("its worker drained: the loop goes on elsewhere")
+                    return self._let_go("its worker drained: the loop goes on elsewhere")
             self.wake.wait(0.5)
             self.wake.clear()
 
     def _settle(self) -> None:
         """The runner exited: the loop ended, waits at a gate, or is handed back."""
-        if self.proc is None or self.lost.is_set() or self.row.get("_released"):
+        if self.proc is None or self.lost.is_set() or self.row.get("_released") or self.row.get("_ended"):
             return
         self._sync(self._iterations(), final=True)
         cfg = self._local_config()
-        if cfg and cfg.get("status") == loops.ENDED:
+        ended = bool(cfg) and cfg.get("status") == loops.ENDED
+        local_outcome = cfg.get("outcome") if ended else None
+        if self.out_of_budget and limits.ends_for_budget(local_outcome, self.told_stop):
+            return self._end_for_budget()
+        if ended:
             outcome, reason = cfg.get("outcome") or "ENDED", cfg.get("end_reason") or ""
             self._write(self.w.registry.finish, outcome, reason)
             return self.w.log("ended", loop=self.name, outcome=outcome)
@@ -174,7 +211,7 @@ class Slot:
     def _paths(self) -> loops.LoopPaths | None:
         if self.ws is None:
             return None
-        name = self.local or (self.name if self.row["kind"] == "prompt" else None)
+        name = self.local or (self.name if self.row["kind"] in NAMED else None)
         return loops.LoopPaths(Path(self.ws.dir) / ".loopwright", name) if name else None
 
     def _local_config(self) -> dict | None:
@@ -228,30 +265,117 @@ class Slot:
                 raise LeaseLost(f"the remote refused the push (another worker pushed): {exc.line}") from None
         budget = self._budget()
         tokens = int(budget.get("tokens_in") or 0) + int(budget.get("tokens_out") or 0)
-        self._write(
-            self.w.registry.progress,
+        dollars = limits.money(budget.get("dollars_estimate"))
+        spend = self._spend(
+            dollars,
             iteration=iteration,
             minutes=float(budget.get("minutes_elapsed") or 0.0),
             tokens=tokens,
-            dollars=float(budget.get("dollars_estimate") or 0.0),
+            dollars=dollars,
             state={"counters": carry.snapshot(budget), "local": self.local, "head": head},
             last_decision=str((budget.get("router") or {}).get("last_reason") or "")[:2000],
         )
         for line in self._history():
             self._write(self.w.registry.add_event, "iteration", line)
+        self._heed(spend, limits.mean_cost(dollars, iteration), final)
         self.w.log("pushed", loop=self.name, iteration=iteration, head=head[:12])
+
+    def _spend(self, spent: float, /, **progress) -> dict:
+        """The boundary's progress write with the dollars spent since the last one added to the
+        day's spend (fenced, in one transaction: see Limits.record_spend)."""
+        retry = False
+
+        def record():
+            nonlocal retry
+            if retry:  # the attempt that failed may have gone in: count from what the database has
+                row = self.w.registry.fleet_loop(self.id) or {}
+                if row.get("generation") == self.gen:
+                    self.recorded = limits.money(row.get("dollars"))
+            retry = True
+            delta = limits.dollars_delta(spent, self.recorded)
+            return self.w.registry.record_spend(self.id, self.gen, delta, **progress)
+
+        spend = self._retrying(record)
+        self.recorded = max(self.recorded, spent)
+        return spend
+
+    # --- the fleet's budget and the account's pause -------------------------------------------
+
+    def _heed(self, spend: dict, mean: float, final: bool) -> None:
+        """What a boundary's spend says: the account is paused, the fleet's budget is spent
+        (the loop ends now), or would be by the iteration under way (then that is the last)."""
+        if spend.get("paused_until") is not None and self.paused is None:
+            pause = self._read(self.w.registry.account_pause, self.row["account"])  # with its reason
+            self.see_pause(pause or {"until": spend["paused_until"]})
+        if spend.get("stop"):
+            self.out_of_budget = str(spend.get("reason") or "the fleet's daily budget is spent")
+            first, self.told_stop = not self.told_stop, True
+        elif self.out_of_budget is None and not final:
+            # The iteration under way started before this boundary was recorded: a stop written
+            # now ends the loop after it, not before. Making it the last when it would reach a
+            # cap keeps the loop to one iteration past the cap, not two.
+            self.out_of_budget = limits.last_iteration(spend.get("spent_today"), spend.get("caps"), mean)
+            first = self.out_of_budget is not None
+        else:
+            first = False
+        if not first:
+            return
+        paths = self._paths()
+        if paths is not None and not final:
+            store.write_json(paths.stop, {"reason": limits.STOP_REASON, "timestamp": now_iso()})
+        self.w.log("budget", loop=self.name, stop=self.told_stop, reason=self.out_of_budget)
+
+    def _end_for_budget(self) -> None:
+        self._write(self.w.registry.finish, limits.OUT_OF_BUDGET, self.out_of_budget)
+        self.row["_ended"] = True
+        self.w.log("ended", loop=self.name, outcome=limits.OUT_OF_BUDGET, reason=self.out_of_budget)
+
+    def _let_go(self, reason: str) -> None:
+        """The runner is gone on the worker's account: a loop the fleet's budget already ended
+        ends; any other is handed back."""
+        if self.told_stop:
+            return self._end_for_budget()
+        self._hand_back(reason)
+
+    def see_pause(self, pause: dict | None) -> None:
+        """The loop's account is paused (a pause in force, from any source): the slot hands the
+        loop back at once; the claim gate keeps it queued until the reset."""
+        until = limits.money((pause or {}).get("until"))
+        if until > time.time() and self.paused is None:
+            self.paused = dict(pause, until=until)
+            self.wake.set()
+
+    def _pause_reason(self) -> str:
+        return limits.pause_reason(self.row["account"], self.paused["until"], self.paused.get("reason"))
+
+    def _report_quota(self) -> None:
+        """The runner waits for a usage limit (HTTP 429) to reset: the account is paused for the
+        whole fleet until then, and this loop is handed back like the account's others."""
+        event, self.quota = self.quota, None
+        account, until = self.row["account"], limits.quota_until(event, time.time())
+        if until is None or not isinstance(account, str) or not account:
+            return  # nothing to pause: the runner waits it out itself
+        why = f"usage limit (HTTP 429): {str(event.get('message') or '')[:200]}"
+        pause = self._read(self.w.registry.pause_account, account, until, why, by=self.w.opts.name)
+        self.w.log("account_paused", loop=self.name, account=account, until=now_iso(until), reason=why)
+        self.see_pause(pause)
 
     # --- stop, cancel and the claim -----------------------------------------------------------
 
     def _act_on_control(self) -> None:
         what = self.control
-        if what not in ("stop", "cancel") or what in self.acted:
+        if what not in ("stop", "cancel", limits.SPENT) or what in self.acted:
             return
         paths = self._paths()
         if paths is None:
             return  # the runner has not named its loop yet: next time
         self.acted.add(what)
-        if what == "stop":
+        if what == limits.SPENT:  # another loop's boundary spent a budget this one counts in
+            self.out_of_budget = self.out_of_budget if self.told_stop else limits.SPENT_ELSEWHERE
+            self.told_stop = True
+            store.write_json(paths.stop, {"reason": limits.STOP_REASON, "timestamp": now_iso()})
+            self.w.log("budget", loop=self.name, stop=True, reason=self.out_of_budget)
+        elif what == "stop":
             store.write_json(paths.stop, {"reason": "user_stop", "timestamp": now_iso()})
         else:
             from loopwright.actions.cancel import cancel
@@ -270,6 +394,8 @@ class Slot:
                 self.control = self.w.registry.heartbeat(self.id, self.gen, lease=self.w.lease)["control"]
                 if self.control:
                     self.wake.set()
+                if isinstance(self.row["account"], str):  # a pause whose notification was lost
+                    self.see_pause(self.w.registry.account_pause(self.row["account"]))
             except LeaseLost as exc:
                 self._lose(str(exc))
                 return
@@ -278,10 +404,13 @@ class Slot:
             self.done.wait(self.w.heartbeat)
 
     def _lose(self, why: str) -> None:
-        self.note = why
-        self.lost.set()
+        first = not self.lost.is_set()  # the beat and the loop's own thread may both find out
+        if first:
+            self.note = why
+            self.lost.set()
         self._kill()
-        self.w.log("lost", loop=self.name, reason=why)
+        if first:
+            self.w.log("lost", loop=self.name, reason=why)
 
     def _hand_back(self, reason: str) -> None:
         if self.lost.is_set():

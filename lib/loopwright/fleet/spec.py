@@ -13,6 +13,7 @@ from __future__ import annotations
 from loopwright.core.errors import UserError
 
 MAX_GOAL = 100_000
+MAX_BACKLOG_KEY = 200
 LIMITS = {
     "max_iterations": (int, 1, 1_000_000),
     "max_minutes": (float, 0.01, 10_000_000.0),
@@ -32,7 +33,7 @@ RUN_OPTIONS = frozenset(
         "--accept-project-rates", "--wrap-up", "--no-wrap-up", "--wrap-up-floor", "--judge", "--no-judge",
         "--judge-model", "--judge-timeout", "--completion-promise", "--verify", "--name", "--gates",
         "--claude", "--claude-arg", "--plugin-dir", "--poll-seconds", "--stall-polls", "--quota-wait",
-        "--notify", "--json", "--carry", "--help",
+        "--notify", "--json", "--carry", "--fleet-items", "--help",
     }
 )  # fmt: skip
 
@@ -94,6 +95,7 @@ def runner_args(kind: str, spec) -> list[str]:
     if not isinstance(spec, dict):
         raise SpecError("the loop's spec is not a JSON object")
     args = _limit_args(spec.get("limits")) + _option_args(spec)
+    backlog_of(kind, spec)
     if kind == "prompt":
         return [*args, "--", _text(spec.get("goal"), "the goal", MAX_GOAL, one_line=False)]
     if kind not in MODES:
@@ -106,6 +108,23 @@ def runner_args(kind: str, spec) -> list[str]:
         if word.split("=", 1)[0] in RUN_OPTIONS:
             raise SpecError(f"a mode's words may not set the runner's own option {word.split('=', 1)[0]}")
     return [*args, kind, *words]
+
+
+def backlog_of(kind: str, spec) -> str | None:
+    """The key of the backlog a loop shares with the other loops of its `submit --parallel`
+    (items are claimed per key in the database), or None for a loop on its own; SpecError for a
+    key that is not text, or on a kind whose mode does not share a backlog."""
+    key = spec.get("backlog") if isinstance(spec, dict) else None
+    if key is None:
+        return None
+    from loopwright import modes
+
+    shares = kind in modes.names() and getattr(modes.get(kind), "shares_backlog", False)
+    if not shares:
+        raise SpecError(
+            f"a {kind} loop does not share a backlog with other loops (--parallel is for work loops)"
+        )
+    return _text(key, "the backlog key", MAX_BACKLOG_KEY)
 
 
 def limits_of(spec) -> dict:

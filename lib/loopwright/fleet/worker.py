@@ -137,6 +137,21 @@ class Worker:
             if channel == CONTROL_CHANNEL and payload in self.slots:
                 self.slots[payload].wake.set()
                 threading.Thread(target=self._control_now, args=(self.slots[payload],), daemon=True).start()
+            elif channel == CONTROL_CHANNEL and payload.startswith("account:"):
+                account = payload.partition(":")[2]
+                mine = [s for s in self.slots.values() if s.row.get("account") == account]
+                if mine:
+                    threading.Thread(target=self._pause_now, args=(account, mine), daemon=True).start()
+
+    def _pause_now(self, account: str, slots: list) -> None:
+        """An account was paused (or its pause ended): its loops here hear of it now, not at
+        their next beat."""
+        try:
+            pause = self.registry.account_pause(account)
+        except RegistryError:
+            return  # each slot's own beat asks again
+        for slot in slots:
+            slot.see_pause(pause)
 
     def _control_now(self, slot: Slot) -> None:
         """A stop or cancel for one of this worker's loops: read it now, not at the next beat."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from loopwright.registry import migrate
 from loopwright.registry.api import Busy, LeaseLost, RegistryError
+from loopwright.registry.fleetview import FleetView
+from loopwright.registry.items import Items
 from loopwright.registry.limits import Limits
 from loopwright.registry.queue import Queue
 from loopwright.registry.runs import LIVE, Runs
@@ -18,7 +20,7 @@ from loopwright.registry.workers import Workers
 __all__ = ["ENV", "LIVE", "Busy", "LeaseLost", "Registry", "RegistryError", "open_registry"]
 
 
-class Registry(Runs, Queue, Workers, Limits):
+class Registry(Runs, Queue, Workers, Limits, FleetView, Items):
     """A registry over one database (see loopwright.registry.backend)."""
 
     def __init__(self, backend) -> None:

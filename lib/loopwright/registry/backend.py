@@ -52,6 +52,12 @@ class Backend:
         """A context manager: a Tx inside one transaction, committed on success."""
         raise NotImplementedError
 
+    def once(self, sql: str, args: tuple = ()) -> list[dict]:
+        """One statement in a transaction of its own; its rows (one round trip where the
+        database allows)."""
+        with self.tx() as tx:
+            return tx.rows(sql, args)
+
     def notify(self, tx: Tx, channel: str, payload: str = "") -> None:
         """Tell listeners on ``channel`` when ``tx`` commits (nothing where there are none)."""
 

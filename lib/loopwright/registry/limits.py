@@ -10,8 +10,9 @@ pass a check that only one of them should:
 - at each iteration boundary (:meth:`Limits.record_spend`): the iteration's dollars are added to
   today's spend of each of the loop's scopes in the transaction of its fenced progress write,
   and the totals are compared with the caps there. A loop whose iteration reached a cap is told
-  to end ``BUDGET_EXHAUSTED:fleet_dollars``; the overshoot is at most the iteration that
-  crossed it, per running loop.
+  to end ``BUDGET_EXHAUSTED:fleet_dollars``, and in the same transaction every other running
+  loop of that scope is asked (its control, a notification to its worker) to make the iteration
+  it is in its last: each running loop goes at most about one iteration past the cap.
 
 A day is the UTC date of the database's clock: the budget resets at midnight UTC on every
 machine at once.
@@ -28,6 +29,7 @@ from loopwright.registry.api import RegistryError
 from loopwright.registry.queue import (
     CONTROL_CHANNEL,
     PROGRESS,
+    PROGRESS_CHANNEL,
     QUEUE_CHANNEL,
     fenced,
     json_text,
@@ -37,6 +39,7 @@ from loopwright.registry.queue import (
 FLEET = "fleet"
 SCOPE_KINDS = ("account", "tag")
 OUT_OF_BUDGET = budget_exhausted("fleet_dollars")
+SPENT = "budget"  # a running loop's control once a budget it counts in is spent (Limits._tell_spent)
 
 # The limits and the pauses in force, in one read (a claim with no limits costs one query).
 GATE = (
@@ -277,7 +280,8 @@ class Limits:
         fenced: LeaseLost when this claim no longer stands, nothing added) and the iteration's
         ``dollars_delta`` added to today's spend of the fleet, the loop's account and each of
         its tags, in one transaction, compared there with the caps. ``stop`` is the outcome the
-        loop must end with now (a cap reached), ``paused_until`` when its account is paused."""
+        loop must end with now (a cap reached), ``paused_until`` when its account is paused;
+        ``spent_today`` and ``caps`` by scope, for the worker to look one iteration ahead."""
         delta = _cap(dollars_delta, float, "an iteration's dollars")
         sets, args = _progress_sets(progress_fields)
         with self.backend.tx() as tx:
@@ -293,16 +297,36 @@ class Limits:
                 tuple(scopes),
             )
             pause = tx.one(PAUSES + " AND account = %s", (row["account"],))
-        over = sorted((r["scope"] != FLEET, r["scope"], r["max_dollars_per_day"]) for r in caps)
-        over = [(s, cap) for _, s, cap in over if spent[s] >= cap]
+            self.backend.notify(tx, PROGRESS_CHANNEL, loop_id)
+            over = sorted((r["scope"] != FLEET, r["scope"], r["max_dollars_per_day"]) for r in caps)
+            over = [(s, cap) for _, s, cap in over if spent[s] >= cap]
+            if over:
+                self._tell_spent(tx, loop_id, {s for s, _ in over})
         return {
             "stop": OUT_OF_BUDGET if over else None,
             "reason": over_reason(over[0][0], over[0][1], spent[over[0][0]], day) if over else None,
             "spent_today": spent,
+            "caps": {r["scope"]: r["max_dollars_per_day"] for r in caps},  # for the slot's look ahead
             "paused_until": pause["until"] if pause else None,
             "control": row["control"],
             "gate": json_value(row["gate"]),
         }
+
+    def _tell_spent(self, tx, loop_id: str, scopes: set[str]) -> None:
+        """Every other running loop that counts in a scope whose budget is now spent is told at
+        once (its control, and a notification to its worker), not at its own next boundary:
+        the iteration it is in becomes its last, so that each running loop goes at most one
+        iteration past the cap. A stop or cancel already asked for stands. A row another
+        transaction holds is skipped, never waited for (two boundaries crossing at once would
+        deadlock on each other's rows): its own boundary, under way, sees the spend."""
+        lock = " FOR UPDATE SKIP LOCKED" if self.backend.dialect == "postgres" else ""
+        for other in tx.rows(RUNNING + " AND control IS NULL AND id <> %s" + lock, (loop_id,)):
+            if scopes & set(scopes_of(other["account"], json_value(other["tags"]))):
+                tx.run(
+                    "UPDATE fleet_loops SET control = %s WHERE id = %s AND control IS NULL",
+                    (SPENT, other["id"]),
+                )
+                self.backend.notify(tx, CONTROL_CHANNEL, other["id"])
 
     def pause_account(self, account: str, until: float, reason: str, by: str) -> dict:
         """Pauses ``account`` until ``until`` (epoch seconds; a usage limit's reset): no claims
@@ -317,9 +341,9 @@ class Limits:
             return tx.one(PAUSE_OF, (account,))
 
     def account_pause(self, account: str) -> dict | None:
-        """The pause ``account`` is under now, or None."""
-        with self.backend.tx() as tx:
-            return tx.one(PAUSES + " AND account = %s", (account,))
+        """The pause ``account`` is under now, or None (read with every heartbeat: one statement)."""
+        rows = self.backend.once(PAUSES + " AND account = %s", (account,))
+        return rows[0] if rows else None
 
     def account_pauses(self) -> list[dict]:
         """Every pause in force, by account."""

@@ -125,12 +125,28 @@ CREATE TABLE IF NOT EXISTS account_pauses (
 )
 """
 
+# Which loop works which item of a backlog that several loops share (`submit --parallel`, issue
+# 20 part 7): the primary key makes a claim unique across the fleet. 'reserved' is an item held
+# for the loop (it goes back when the loop ends), 'done' one the loop took (kept for good).
+ITEMS = """
+CREATE TABLE IF NOT EXISTS fleet_items (
+    backlog TEXT NOT NULL,
+    item TEXT NOT NULL,
+    loop_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    at {real} NOT NULL,
+    PRIMARY KEY (backlog, item)
+);
+CREATE INDEX IF NOT EXISTS fleet_items_loop ON fleet_items (loop_id)
+"""
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
     (1, "runs", RUNS, _runs_pid_started),
     (2, "fleet", {d: FLEET.replace("{serial}", s) for d, s in SERIAL.items()}, None),
     (3, "limits", LIMITS, None),
+    (4, "items", ITEMS, None),
 ]
 
 

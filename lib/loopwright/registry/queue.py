@@ -25,6 +25,9 @@ KINDS = ("prompt", "work", "review", "task")
 MAX_FAILOVERS = 3
 QUEUE_CHANNEL = "loopwright_queue"  # a loop became claimable (payload: its id)
 CONTROL_CHANNEL = "loopwright_control"  # stop, cancel or a gate's answer for a loop (its id)
+# A worker recorded an iteration, a timeline event or the end of a loop (its id): what a monitor's
+# page shows changed. Heartbeats and claims do not notify (monitors poll a cheap mark for those).
+PROGRESS_CHANNEL = "loopwright_progress"
 PROGRESS = ("iteration", "minutes", "tokens", "dollars", "state", "last_decision", "status", "gate")
 JSON_COLUMNS = ("spec", "tags", "state", "gate")
 BATCH = 16  # rows a filtered claim looks at (and locks) at a time
@@ -39,6 +42,23 @@ KINDS_OF_CLAIMABLE = (
     ("status = 'running' AND lease_expires < (SELECT {now})", "lease_expires"),
     ("status = 'queued'", "created_at"),
 )
+FIRST_PAGES = {0: (), 1: ()}  # a read from the start of each kind
+# The claim at once (PostgreSQL): the first claimable row is taken by the statement that finds
+# and locks it, as _take would take it, only while no fleet limit nor account pause is in force
+# (limits.py) and it is not at its failover limit. {head} reads the ids (_page), {known} keeps to
+# the repositories a worker allowed.
+UNLIMITED = (
+    " AND NOT EXISTS (SELECT 1 FROM fleet_limits)"
+    " AND NOT EXISTS (SELECT 1 FROM account_pauses WHERE until > {now})"
+)
+AT_ONCE = (
+    "UPDATE fleet_loops SET worker = %s, host = %s, generation = generation + 1, status = 'running', "
+    "lease_expires = t.now + %s, failovers = failovers + CASE WHEN worker IS NULL THEN 0 ELSE 1 END, "
+    "claimed_at = t.now, updated_at = t.now FROM (SELECT {now} AS now) AS t "
+    "WHERE id = (SELECT id FROM ({head}) AS h LIMIT 1) AND NOT (worker IS NOT NULL AND failovers >= %s)"
+    "{known}" + UNLIMITED + " RETURNING fleet_loops.*"
+)
+MEMO_REPOS = 1000  # repositories a worker's allow-list is remembered to allow, at most
 
 FIND = " FROM fleet_loops WHERE id = %s OR name = %s ORDER BY CASE WHEN id = %s THEN 0 ELSE 1 END LIMIT 1"
 TAKE = (
@@ -90,16 +110,23 @@ def loop_row(row: dict | None) -> dict | None:
     return out
 
 
+def _fenced_sql(sets: str) -> str:
+    sql = "UPDATE fleet_loops SET updated_at = {now}" + (", " + sets if sets else "")
+    return sql + " WHERE id = %s AND generation = %s AND " + HELD
+
+
+def lease_lost(loop_id: str, generation: int) -> LeaseLost:
+    return LeaseLost(
+        f"fleet loop {loop_id}: generation {generation} no longer holds it "
+        "(claimed by another worker, released or ended)"
+    )
+
+
 def fenced(tx, loop_id: str, generation: int, sets: str = "", args: tuple = ()) -> None:
     """One write by the worker holding generation ``generation`` of the loop; LeaseLost when
     that claim no longer stands. The row stays locked until the transaction ends."""
-    sql = "UPDATE fleet_loops SET updated_at = {now}" + (", " + sets if sets else "")
-    sql += " WHERE id = %s AND generation = %s AND " + HELD
-    if tx.run(sql, (*args, loop_id, generation)) != 1:
-        raise LeaseLost(
-            f"fleet loop {loop_id}: generation {generation} no longer holds it "
-            "(claimed by another worker, released or ended)"
-        )
+    if tx.run(_fenced_sql(sets), (*args, loop_id, generation)) != 1:
+        raise lease_lost(loop_id, generation)
 
 
 def _plain(text, spaces: bool = False) -> bool:
@@ -169,9 +196,14 @@ class Queue:
     def claim(self, worker: str, host: str, *, lease=30.0, allowed=None, accounts=None) -> dict | None:
         """The loop this worker takes next, under a lease of ``lease`` seconds: one whose lease
         expired (a failover), else the oldest queued. ``allowed(repo)`` skips a loop this
-        worker may not run, leaving it to others; ``accounts`` limits the accounts taken."""
+        worker may not run, leaving it to others (for as long as it lives it answers the same
+        for a repository: the ones it allowed are remembered); ``accounts`` limits the accounts
+        taken."""
         if accounts is not None and not accounts:
             return None
+        taken = self._claim_at_once(worker, host, float(lease), allowed, accounts)
+        if taken is not None:
+            return taken
         with self.backend.tx() as tx:
             # Fleet limits and account pauses (limits.py), checked in the claim's transaction.
             gate = self.claim_gate(tx)
@@ -180,28 +212,69 @@ class Queue:
                 if row["worker"] is not None and row["failovers"] >= MAX_FAILOVERS:
                     self._end_failed_over(tx, row)
                 elif (allowed is None or allowed(row["repo"])) and gate.admits(tx, row):
+                    if allowed is not None:
+                        self._repos_allowed(allowed).add(row["repo"])
                     return self._take(tx, row, worker, host, float(lease))
         return None
 
-    def _claimable(self, tx, batch: int, accounts, also: tuple = ("", ())):
-        """Claimable rows in order, up to ``batch`` of each kind at a time. On PostgreSQL each
-        is locked as it is read, and rows other workers are claiming are skipped."""
+    def _claim_at_once(self, worker: str, host: str, lease: float, allowed, accounts) -> dict | None:
+        """The usual claim as one statement, on PostgreSQL (bench/bench_fleet.py): the first
+        claimable row is taken when no fleet limit nor account pause is in force, it is not at
+        its failover limit and this worker allowed its repository before. Else nothing is
+        taken (None), and :meth:`claim` looks at each row in a transaction."""
+        repos = self._repos_allowed(allowed)
+        if self.backend.dialect != "postgres" or (repos is not None and not repos):
+            return None
+        head, args = self._page(FIRST_PAGES, 1, accounts, columns="id, seq")
+        known, also = (" AND repo = ANY(%s)", (sorted(repos),)) if repos is not None else ("", ())
+        sql = AT_ONCE.replace("{head}", head).replace("{known}", known)
+        rows = self.backend.once(sql, (worker, host, lease, *args, MAX_FAILOVERS, *also))
+        return loop_row(rows[0]) if rows else None
+
+    def _repos_allowed(self, allowed) -> set | None:
+        """The repositories ``allowed`` allowed so far; None for a claim of any repository."""
+        if allowed is None:
+            return None
+        memo = self.__dict__.get("_allowed_memo")
+        if memo is None or memo[0] != allowed or len(memo[1]) >= MEMO_REPOS:
+            memo = self.__dict__["_allowed_memo"] = (allowed, set())
+        return memo[1]
+
+    def _page(
+        self,
+        pages: dict,
+        size: int,
+        accounts,
+        also: tuple = ("", ()),
+        columns: str = "*, (SELECT {now}) AS db_now",
+    ) -> tuple[str, tuple]:
+        """The statement reading ``columns`` of the next ``size`` claimable rows of each kind in
+        ``pages`` (kind: after which (key, seq)). On PostgreSQL each row is locked as it is read,
+        and rows other workers are claiming are skipped. The sizes are written into the
+        statement: given as parameters, they make PostgreSQL plan it anew each time (its generic
+        plan, for any size, looks dearer than one for the size given), which costs more than
+        running it."""
         accounts = () if accounts is None else tuple(accounts)
         only = " AND account IN (" + ", ".join("%s" for _ in accounts) + ")" if accounts else ""
         only += also[0]  # what the fleet's limits leave claimable (limits.py)
         lock = " FOR UPDATE SKIP LOCKED" if self.backend.dialect == "postgres" else ""
-        pages: dict[int, tuple] = {0: (), 1: ()}  # per kind: after which (key, seq); gone when read
+        parts, args = [], []
+        for which, after in pages.items():
+            where, key = KINDS_OF_CLAIMABLE[which]
+            page = f" AND ({key}, seq) > (%s, %s)" if after else ""
+            parts.append(
+                f"SELECT * FROM (SELECT {columns}, {which} AS kind_of, {key} AS k "
+                f"FROM fleet_loops WHERE {where}{only}{page} ORDER BY {key}, seq "
+                f"LIMIT {int(size)}{lock}) c{which}"
+            )
+            args += [*accounts, *also[1], *after]
+        return " UNION ALL ".join(parts) + " ORDER BY kind_of, k, seq", tuple(args)
+
+    def _claimable(self, tx, batch: int, accounts, also: tuple = ("", ())):
+        """Claimable rows in order, up to ``batch`` of each kind at a time."""
+        pages = dict(FIRST_PAGES)  # per kind: after which (key, seq); gone when read to its end
         while pages:
-            parts, args = [], []
-            for which, after in pages.items():
-                where, key = KINDS_OF_CLAIMABLE[which]
-                page = f" AND ({key}, seq) > (%s, %s)" if after else ""
-                parts.append(
-                    f"SELECT * FROM (SELECT *, {which} AS kind_of, {key} AS k, (SELECT {{now}}) AS db_now "
-                    f"FROM fleet_loops WHERE {where}{only}{page} ORDER BY {key}, seq LIMIT %s{lock}) c{which}"
-                )
-                args += [*accounts, *also[1], *after, batch]
-            rows = tx.rows(" UNION ALL ".join(parts) + " ORDER BY kind_of, k, seq", tuple(args))
+            rows = tx.rows(*self._page(pages, batch, accounts, also))
             yield from rows
             for which in list(pages):
                 mine = [r for r in rows if r["kind_of"] == which]
@@ -236,10 +309,12 @@ class Queue:
     def heartbeat(self, loop_id: str, generation: int, lease=30.0) -> dict:
         """Renews the lease for ``lease`` seconds more; the loop's pending control (stop,
         cancel or None). LeaseLost when this claim no longer stands."""
-        with self.backend.tx() as tx:
-            fenced(tx, loop_id, generation, "lease_expires = {now} + %s", (float(lease),))
-            row = tx.one("SELECT control, lease_expires FROM fleet_loops WHERE id = %s", (loop_id,))
-        return {"control": row["control"], "lease_expires": row["lease_expires"]}
+        # One statement (a beat of every running loop every few seconds is most of a fleet's load).
+        sql = _fenced_sql("lease_expires = {now} + %s") + " RETURNING control, lease_expires"
+        rows = self.backend.once(sql, (float(lease), loop_id, generation))
+        if len(rows) != 1:
+            raise lease_lost(loop_id, generation)
+        return {"control": rows[0]["control"], "lease_expires": rows[0]["lease_expires"]}
 
     def progress(self, loop_id: str, generation: int, **fields) -> dict:
         """Records what an iteration did (among PROGRESS); the loop's control and gate."""
@@ -255,6 +330,7 @@ class Queue:
         with self.backend.tx() as tx:
             fenced(tx, loop_id, generation, sets, tuple(fields.values()))
             row = tx.one("SELECT control, gate FROM fleet_loops WHERE id = %s", (loop_id,))
+            self.backend.notify(tx, PROGRESS_CHANNEL, loop_id)
         return {"control": row["control"], "gate": json_value(row["gate"])}
 
     def finish(self, loop_id: str, generation: int, outcome: str, reason: str) -> None:
@@ -262,6 +338,7 @@ class Queue:
         sets = "status = 'ended', outcome = %s, reason = %s, worker = NULL, lease_expires = NULL"
         with self.backend.tx() as tx:
             fenced(tx, loop_id, generation, sets, (outcome, reason))
+            self.backend.notify(tx, PROGRESS_CHANNEL, loop_id)
 
     def release(self, loop_id: str, generation: int, reason: str) -> None:
         """Hands the loop back (a draining worker): queued again, or still waiting at its gate;
@@ -319,14 +396,19 @@ class Queue:
             return [loop_row(r) for r in tx.rows(sql, (*args, limit))]
 
     def add_event(self, loop_id: str, generation: int, kind: str, data: dict) -> None:
-        """Appends to the loop's timeline (fenced, like every write of its worker)."""
+        """Appends to the loop's timeline (fenced, like every write of its worker). An event the
+        timeline holds already is not added again: a write retried because the answer to its
+        commit was lost (the database restarted) may have gone in."""
+        text = json_text(data)
         with self.backend.tx() as tx:
             fenced(tx, loop_id, generation)
             tx.run(
                 "INSERT INTO fleet_events (loop_id, at, generation, kind, data) "
-                "VALUES (%s, {now}, %s, %s, %s)",
-                (loop_id, generation, kind, json_text(data)),
+                "SELECT %s, {now}, %s, %s, %s WHERE NOT EXISTS "
+                "(SELECT 1 FROM fleet_events WHERE loop_id = %s AND kind = %s AND data = %s)",
+                (loop_id, generation, kind, text, loop_id, kind, text),
             )
+            self.backend.notify(tx, PROGRESS_CHANNEL, loop_id)
 
     def events(self, loop_id: str, after: int = 0, limit: int = 500) -> list[dict]:
         """The loop's timeline from the event after ``after`` (an event's id), oldest first."""

@@ -1,13 +1,14 @@
 """The monitor's REST API (Starlette): the ai-cli-task seed's task-auto endpoints, every
-loop of the registered projects, starting runs, answering gates, stopping, and a stream of
-changes. Loopback only; every call needs the bearer token; bodies are size-limited; a
-project or task directory outside the registered projects is refused."""
+loop of the registered projects, starting runs, answering gates, stopping, the fleet
+(fleetapi.py), and a stream of changes. Loopback only; every call needs the bearer token;
+bodies are size-limited; a project or task directory outside the registered projects is refused."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 import secrets
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -26,22 +27,13 @@ from loopwright.actions import gates, pick
 from loopwright.actions.overview import spend_by_iteration, summaries
 from loopwright.core import jsoncodec
 from loopwright.core.errors import UserError
-from loopwright.registry import Busy
-from loopwright.serve import files, logins, page
+from loopwright.registry import Busy, RegistryError
+from loopwright.serve import files, fleetapi, logins, page
+from loopwright.serve.fleetwatch import FleetWatch
+from loopwright.serve.requests import MAX_BODY, ApiError, body, body_bytes, count, error
 from loopwright.state import loops
 
-MAX_BODY = 64 * 1024
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
 
 
 class Monitor:
@@ -53,6 +45,7 @@ class Monitor:
         self.home = home  # the data directory: links made by `serve --login` (serve/logins.py)
         self.login_codes: set[str] = set()  # one-time links to the page
         self.sessions: dict[str, str] = {}  # the page's cookie -> its CSRF token
+        self.fleet = FleetWatch(registry)  # the fleet's snapshot, rebuilt when NOTIFY or a poll says
 
     def login_code(self) -> str:
         code = secrets.token_urlsafe(24)
@@ -106,26 +99,6 @@ class Monitor:
         return {"projects": out, "runs": self.registry.all()}
 
 
-async def body_bytes(request: Request) -> bytes:
-    raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY:
-            raise ApiError(413, f"the body is larger than {MAX_BODY} bytes")
-    return raw
-
-
-async def body(request: Request) -> dict:
-    raw = await body_bytes(request)
-    try:
-        data = jsoncodec.loads(raw or b"{}")
-    except jsoncodec.DecodeError as exc:
-        raise ApiError(400, f"the body is not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the body must be a JSON object")
-    return data
-
-
 def limits_of(data: dict) -> dict:
     out = {}
     for key, alias in (
@@ -149,6 +122,8 @@ async def list_loops(request: Request):
 async def start_loop(request: Request):
     m = request.app.state.monitor
     data = await body(request)
+    if "repo" in data:  # a loop for the fleet's workers, not one this monitor runs
+        return await fleetapi.submit(request, data)
     project = m.project_or_only(data.get("project"))
     what = data.get("command") or data.get("goal")
     if not isinstance(what, str) or not what.strip():
@@ -223,19 +198,11 @@ async def loop_handoff(request: Request):
     return _doc(request, "handoff")
 
 
-def _count(value: str | None, what: str) -> int | None:
-    if value is None:
-        return None
-    if not value.isdigit() or len(value) > 15:
-        raise ApiError(400, f"{what} must be a whole number")
-    return int(value)
-
-
 async def loop_history(request: Request):
     """A slice of the loop's iterations, read back from byte ``before`` (default: the end)."""
     paths, cfg = _trusted(request)
-    before = _count(request.query_params.get("before"), "before")
-    limit = _count(request.query_params.get("limit"), "limit") or 50
+    before = count(request.query_params.get("before"), "before")
+    limit = count(request.query_params.get("limit"), "limit") or 50
     return JSONResponse(files.history_slice(paths, cfg, before, limit))
 
 
@@ -271,18 +238,39 @@ async def lookup(request: Request):
 
 
 async def events(request: Request):
+    """This machine's loops (``loops``, looked at every second) and the fleet (``fleet``, sent
+    when the registry's notifications or its slow poll say it changed)."""
     m = request.app.state.monitor
 
     async def stream():
-        last = None
-        while not await request.is_disconnected():
-            now = jsoncodec.dumps(m.loops()).decode()
-            if now != last:
-                last = now
-                yield f"event: loops\ndata: {now}\n\n"
-            await asyncio.sleep(1.0)
+        last, sent, looked = None, None, 0.0
+        wake = m.fleet.subscribe()
+        try:
+            while not await request.is_disconnected():
+                if time.monotonic() - looked >= 1.0:
+                    looked, now = time.monotonic(), await _loops_text(m)
+                    if now is not None and now != last:
+                        last = now
+                        yield f"event: loops\ndata: {now}\n\n"
+                if m.fleet.version != sent:
+                    try:
+                        sent, fleet = await asyncio.to_thread(m.fleet.current)
+                        yield f"event: fleet\ndata: {fleet}\n\n"
+                    except RegistryError:
+                        sent = m.fleet.version  # the database is away: its next change comes
+                await wake.wait(1.0)
+        finally:
+            m.fleet.unsubscribe(wake)
 
-    return StreamingResponse(stream(), media_type="text/event-stream")
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+
+async def _loops_text(m: Monitor) -> str | None:
+    """This machine's loops as JSON; None while the database is away (the stream goes on)."""
+    try:
+        return jsoncodec.dumps(await asyncio.to_thread(m.loops)).decode()
+    except RegistryError:
+        return None
 
 
 def make_app(monitor: Monitor) -> Starlette:
@@ -298,6 +286,7 @@ def make_app(monitor: Monitor) -> Starlette:
         Route("/api/sessions/{session}/task-auto", task_auto, methods=["GET", "POST", "DELETE"]),
         Route("/api/task-auto/lookup", lookup, methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
+        *fleetapi.ROUTES,
         Route("/", index, methods=["GET"]),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/login/proof", login_proof, methods=["GET"]),
@@ -305,6 +294,7 @@ def make_app(monitor: Monitor) -> Starlette:
     handlers = {
         ApiError: lambda request, exc: error(exc.status, str(exc)),
         Busy: lambda request, exc: error(409, str(exc)),
+        RegistryError: lambda request, exc: error(503, str(exc)),
         UserError: lambda request, exc: error(400, str(exc)),
     }
     app = Starlette(routes=routes, exception_handlers=handlers)

@@ -1,7 +1,8 @@
 """The monitor's live page: every loop, its goal, progress and spend, waiting gates with
 their answers, links to its report and handoff, a timeline of its iterations, and a Stop
 button per run. It updates from the server-sent events stream. A loop this user's
-loopwright did not sign shows only its name and why it is not trusted.
+loopwright did not sign shows only its name and why it is not trusted. The fleet's loops and
+workers have a section of their own (fleetpage.py).
 
 Everything the agent or a file wrote (goals, reasons, gate questions) is put on the page
 with textContent, never as HTML. State-changing calls carry the page's CSRF token."""
@@ -9,6 +10,8 @@ with textContent, never as HTML. State-changing calls carry the page's CSRF toke
 from __future__ import annotations
 
 import html
+
+from loopwright.serve import fleetpage
 
 PAGE = """<!doctype html>
 <html lang="en">
@@ -31,7 +34,7 @@ PAGE = """<!doctype html>
  button { margin-right: .3rem; }
  svg rect { fill: #48c; }
  #live { color: #888; font-size: .85rem; }
-</style>
+__FLEET_CSS__</style>
 </head>
 <body>
 <h1>loopwright <span id="live">connecting…</span></h1>
@@ -40,6 +43,7 @@ PAGE = """<!doctype html>
  <th>state</th><th>last reason</th><th>spend per iteration</th><th></th></tr></thead>
  <tbody id="loops"></tbody>
 </table>
+__FLEET_HTML__
 <section id="timeline" hidden>
  <h2>timeline of <span id="tl-name"></span> <button id="tl-close">close</button></h2>
  <table>
@@ -221,17 +225,26 @@ tlOlder.onclick = async () => {
 document.getElementById('tl-close').onclick = () => {
   tl = null; document.getElementById('timeline').hidden = true;
 };
+__FLEET_JS__
 fetch('/api/loops').then(r => r.json()).then(render);
 const events = new EventSource('/api/events');
 events.addEventListener('loops', e => {
   document.getElementById('live').textContent = 'live';
   render(JSON.parse(e.data));
 });
+events.addEventListener('fleet', e => renderFleet(JSON.parse(e.data)));
 events.onerror = () => { document.getElementById('live').textContent = 'reconnecting…'; };
 </script>
 </body>
 </html>
 """
+
+
+PAGE = (
+    PAGE.replace("__FLEET_CSS__", fleetpage.CSS.lstrip("\n"))
+    .replace("__FLEET_HTML__", fleetpage.HTML.strip("\n"))
+    .replace("__FLEET_JS__", fleetpage.JS.strip("\n"))
+)
 
 
 def render(csrf: str) -> str:

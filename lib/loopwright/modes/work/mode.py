@@ -10,12 +10,13 @@ from __future__ import annotations
 from loopwright.core import gates, schema
 from loopwright.core.errors import LoopError
 from loopwright.core.modeapi import Mode, PromptParts, Step, Tick
-from loopwright.modes.work import backlog, prompts, source
+from loopwright.modes.work import backlog, fleet, prompts, source
 
 BACKLOG_EMPTY = "BACKLOG_EMPTY"
 DEPENDENCY_CYCLE = "DEPENDENCY_CYCLE"
 EXTERNAL_UNREACHABLE = "EXTERNAL_UNREACHABLE"
 READ_FAILURES_LIMIT = 2  # backlog reads failing in a row before the loop stops (sdd's outage rule)
+FLEET_WAITS_LIMIT = 10  # turns in a row a fleet loop waits for its worker to reserve its next item
 SURVEY, WORK, GATE = "survey", "work", "gate"
 IDS = schema.List(schema.Str(64), 10_000, null=True)
 
@@ -25,6 +26,7 @@ class WorkMode(Mode):
     summary = "grind a backlog (tasks or GitHub issues) one item per iteration"
     defaults = {"max_iterations": 5, "max_minutes": 60, "max_prs": 20}
     project_tasks = True  # the backlog is the project's task registry, not a list of the loop's own
+    shares_backlog = True  # `submit work --parallel N`: modes/work/fleet.py
     config_fields = {
         "work": schema.Obj(
             {
@@ -35,6 +37,7 @@ class WorkMode(Mode):
                 "assignee": schema.Str(100, null=True),
                 "login": schema.Str(100, null=True),
                 "in_progress_label": schema.Str(200, null=True),
+                "fleet_items": schema.Str(4096, null=True),  # set by `run --fleet-items` only
             },
             required=("source",),
         )
@@ -50,6 +53,7 @@ class WorkMode(Mode):
             "approved": IDS,
             "escalate": IDS,
             "failures": schema.Int(0, 10**6),
+            "fleet_waits": schema.Int(0, 10**6),
         },
         null=True,
     )
@@ -98,6 +102,18 @@ class WorkMode(Mode):
         if outcome == BACKLOG_EMPTY:
             return f"the backlog ({prompts.source_name(loop)}) has no workable item left"
         return None
+
+    def fleet_share(self, loop: dict, state: dict | None) -> tuple[list[str], list[str]]:
+        view = source.read(fleet.unshared(loop))
+        if view.problem:
+            raise LoopError(view.problem)
+        st = state or {}
+        skipped = list(st.get("skipped") or [])
+        workable, _ = backlog.split(view.items, skipped)
+        return [i["id"] for i in workable], list(dict.fromkeys([*(st.get("handled") or []), *skipped]))
+
+    def with_fleet_items(self, loop: dict, path: str) -> dict:
+        return dict(loop, work=dict(loop.get("work") or {}, fleet_items=path))
 
 
 def _step(st: dict, counted: bool, report: dict, notes: list[str], **kw) -> Step:
@@ -165,6 +181,9 @@ def _decide(st: dict, view: source.View, tick: Tick, counted: bool, report: dict
         )
     workable, passed = backlog.split(view.items, st.get("skipped") or [])
     notes += [f"not picked: {item_id}, {why}." for item_id, why in passed[:20]]
+    waiting = fleet.unreserved_workable(view.items, st.get("skipped") or []) if view.fleet else []
+    if not workable and waiting:
+        return _fleet_wait(st, waiting, counted, report, notes)
     if not workable:
         used = tick.iteration if counted else tick.iteration - 1
         reason = f"Backlog empty — {used} iteration{'s' if used != 1 else ''} used"
@@ -175,6 +194,8 @@ def _decide(st: dict, view: source.View, tick: Tick, counted: bool, report: dict
     # is not news; items others added, closed or took are.
     ids = [i["id"] for i in view.items if not i.get("in_progress") or i["id"] in (st.get("handled") or [])]
     added, removed = backlog.drift(st.get("snapshot"), ids, st.get("handled") or [])
+    if view.fleet:
+        added = []  # the fleet hands this loop its items as it goes: a new one is no news
     st["snapshot"] = ids
     if added or removed:
         gate = _drift_gate(added, removed)
@@ -200,12 +221,39 @@ def _pick(st, workable, tick, counted, report, notes, decided: list[dict]) -> St
         decided = decided + [gate]
     st["order"] = [i["id"] for i in workable]
     st["current"] = item["id"]
+    st.pop("fleet_waits", None)
     st["handled"] = _add(st.get("handled"), item["id"])
     handover = {"turn": WORK, "item": {k: item.get(k) for k in ("id", "title", "body", "url")}}
     escalate, st["escalate"] = list(st.get("escalate") or []), []
     handover["escalate_now"] = escalate
     reason = f"next item: {item['id']}"
     return _step(st, counted, report, notes, handover=handover, reason=reason, gates=decided)
+
+
+def _fleet_wait(st: dict, waiting: list[str], counted: bool, report: dict, notes: list[str]) -> Step:
+    """Nothing of this loop's is workable, but items nobody holds are: its worker has not
+    reserved the next one yet. A turn's wait, not the end of the backlog."""
+    st["fleet_waits"] = int(st.get("fleet_waits") or 0) + 1
+    free = ", ".join(waiting[:5])
+    if st["fleet_waits"] > FLEET_WAITS_LIMIT:
+        reason = (
+            f"the fleet's worker reserved no item for this loop in {FLEET_WAITS_LIMIT} turns while {free} "
+            "waited unclaimed: is the fleet's database reachable from the worker?"
+        )
+        return _step(
+            st,
+            counted,
+            report,
+            notes,
+            outcome=EXTERNAL_UNREACHABLE,
+            reason=reason,
+            fired=["fleet_unreserved"],
+        )
+    note = (
+        f"the fleet has not reserved this loop's next item yet ({free} not claimed by any loop); "
+        "loopwright reads the backlog again when this turn ends."
+    )
+    return _step(st, counted, report, notes + [note], handover={"turn": SURVEY})
 
 
 def _drift_gate(added: list[str], removed: list[str]) -> dict:

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from loopwright.modes import gh
-from loopwright.modes.work import backlog
+from loopwright.modes.work import backlog, fleet
 
 TASKS, GITHUB = "tasks", "github"
 SOURCES = (TASKS, GITHUB)
@@ -23,15 +23,17 @@ RELATED_PAGE = 100  # GitHub allows 100 sub-issues per parent and 50 blockers pe
 
 class View:
     """One reading of the backlog: the open items, or the problem that stopped the reading;
-    the loop's own pull requests and worktrees."""
+    the loop's own pull requests and worktrees; for a loop sharing its backlog with a fleet's
+    other loops, its share (modes/work/fleet.py), else None."""
 
-    __slots__ = ("items", "problem", "prs", "worktrees")
+    __slots__ = ("fleet", "items", "problem", "prs", "worktrees")
 
     def __init__(self, items=None, problem=None, prs=None, worktrees=None):
         self.items: list[dict] = items or []
         self.problem: str | None = problem
         self.prs: list[dict] = prs or []
         self.worktrees: list[dict] = worktrees or []
+        self.fleet: dict | None = None
 
 
 def branch_prefix(loop: dict) -> str:
@@ -40,8 +42,11 @@ def branch_prefix(loop: dict) -> str:
 
 def read(loop: dict) -> View:
     cfg = loop.get("work") or {}
+    share, problem = fleet.read_share(cfg["fleet_items"]) if cfg.get("fleet_items") else (None, None)
     try:
-        if cfg.get("source") == GITHUB:
+        if problem:
+            view = View(problem=problem)  # fail closed: no item is this loop's
+        elif cfg.get("source") == GITHUB:
             view = _github(loop, cfg)
         else:
             view = View(items=_tasks(loop))
@@ -49,6 +54,9 @@ def read(loop: dict) -> View:
         view = View(problem=str(exc))
     except (OSError, ValueError) as exc:
         view = View(problem=f"the task registry cannot be read: {exc}")
+    if share is not None and not view.problem:
+        fleet.apply(view.items, share)
+        view.fleet = share
     view.worktrees = worktrees(loop)
     return view
 

@@ -1,0 +1,51 @@
+"""What a monitor reads to show the fleet: the queue's counts, and a mark that changes whenever
+something the page shows changes.
+
+A monitor is told of most changes by NOTIFY (queue.py's channels); the mark is its slow poll
+for the rest (claims, workers joining or taking a slot, a pause running out) and its only source
+on a database without notifications. It leaves out what changes on every heartbeat (a lease's
+end, ``updated_at``, a worker's beat time: the page ages beats itself), so that a running fleet
+does not look changed every few seconds.
+"""
+
+from __future__ import annotations
+
+STATUSES = ("queued", "running", "waiting_gate", "ended")
+
+_COUNT = ", ".join(f"SUM(CASE WHEN status = '{s}' THEN 1 ELSE 0 END) AS {s}" for s in STATUSES)
+MARK = (
+    "SELECT (SELECT COUNT(*) FROM fleet_loops) AS loops, "
+    "(SELECT COALESCE(MAX(seq), 0) FROM fleet_loops) AS newest, "
+    f"{_COUNT}, SUM(generation) AS claims, SUM(iteration) AS iterations, SUM(dollars) AS dollars, "
+    "COUNT(control) AS controls, COUNT(gate) AS gates, COUNT(outcome) AS outcomes, "
+    "(SELECT COALESCE(MAX(id), 0) FROM fleet_events) AS events, "
+    "(SELECT COUNT(*) FROM fleet_workers) AS workers, "
+    "(SELECT COALESCE(SUM(used), 0) FROM fleet_workers) AS used, "
+    "(SELECT COALESCE(SUM(slots), 0) FROM fleet_workers) AS slots, "
+    "(SELECT MAX(started_at) FROM fleet_workers) AS started, "
+    "(SELECT COUNT(*) FROM fleet_limits) AS limits, "
+    "(SELECT MAX(updated_at) FROM fleet_limits) AS limits_at, "
+    "(SELECT COUNT(*) FROM account_pauses WHERE until > {now}) AS pauses, "
+    "(SELECT MAX(at) FROM account_pauses) AS paused_at, "
+    "(SELECT COALESCE(SUM(dollars), 0) FROM fleet_spend) AS spend "
+    "FROM fleet_loops"
+)
+
+
+class FleetView:
+    """Mixed into the Registry: ``self.backend`` is its database."""
+
+    def queue_counts(self) -> dict:
+        """How many fleet loops are in each status (every status named, 0 when none)."""
+        with self.backend.tx() as tx:
+            rows = tx.rows("SELECT status, COUNT(*) AS n FROM fleet_loops GROUP BY status")
+        counts = dict.fromkeys(STATUSES, 0)
+        for row in rows:  # a status someone wrote by hand is counted under its own name
+            counts[str(row["status"])] = int(row["n"])
+        return counts
+
+    def fleet_mark(self) -> tuple:
+        """A value that differs whenever what the monitor's page shows of the fleet changed."""
+        with self.backend.tx() as tx:
+            row = tx.one(MARK)
+        return tuple(row.values()) if row else ()
