@@ -102,8 +102,8 @@ def _signal(pids, sig) -> None:
 
 def freeze(machine: Machine) -> list[int]:
     """SIGSTOP the worker, then its runner, client and whatever they started (each in groups of
-    their own), until no process is left running under it: a machine that stopped. Its
-    processes but the worker's own are returned."""
+    their own), until no process is left running under it: a machine that stopped. Returns
+    the processes under the worker."""
     os.kill(machine.proc.pid, signal.SIGSTOP)
     stopped: list[int] = []
     while True:
@@ -162,9 +162,8 @@ def submit(url: str, remote: Path, name: str, goal: str) -> None:
 
 
 def ended(url: str, name: str, machine: Machine) -> dict:
-    got = wait_for(lambda: (r := row(url, name)).get("status") == "ended" and r,
-                   f"{name} to end", within=WITHIN, every=0.5, proc=machine.proc)  # fmt: skip
-    return got
+    return wait_for(lambda: (r := row(url, name)).get("status") == "ended" and r,
+                    f"{name} to end", within=WITHIN, every=0.5, proc=machine.proc)  # fmt: skip
 
 
 def claimed(url: str, name: str, machine: Machine) -> None:
@@ -221,18 +220,18 @@ class Fleet:
 
 @pytest.fixture
 def fleet(pg_cluster, pg_url, remote, tmp_path):
-    """Every machine is stopped at the end (woken first, with its database up: a test that
-    failed half-way), and every held reply let go."""
+    """At the end every held reply is let go and every machine stopped (woken first, with its
+    database up: a test may have failed half-way)."""
     f = Fleet(pg_url, remote, tmp_path)
     yield f
+    for event in f.holds:
+        event.set()
     if not pg_cluster.running():
         pg_cluster.start()
     for machine in f.machines:
         if machine.proc.poll() is None:
             _signal([machine.proc.pid, *descendants(machine.proc.pid)], signal.SIGCONT)
         stop_worker(machine.proc)
-    for event in f.holds:
-        event.set()
 
 
 # --- the tests --------------------------------------------------------------------------------

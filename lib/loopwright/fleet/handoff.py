@@ -12,11 +12,28 @@ from loopwright.core.termsafe import one_line
 MAX_LINES = 30  # iterations shown, the latest
 
 
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
 def _iteration(data: dict) -> str:
+    """One iteration as the timeline recorded it: its commit (what `git show` tells more of),
+    spend, pull requests touched, gates answered and outcome."""
     n = data.get("iteration")
+    facts = []
+    commit = data.get("commit")
+    if isinstance(commit, str) and commit.isalnum():
+        facts.append(f"commit {commit[:12]}")
+    facts.append(f"${_number(data.get('dollars_this_iter')):.2f}")
+    prs = _number(data.get("prs_touched_this_iter"))
+    if prs:
+        facts.append(f"{prs:.0f} pull request(s) touched")
+    gates = data.get("gates") if isinstance(data.get("gates"), list) else []
+    for gate in [g for g in gates if isinstance(g, dict)][:3]:
+        facts.append(f"gate {one_line(str(gate.get('name')))[:60]}: {one_line(str(gate.get('answer')))[:60]}")
     outcome = one_line(str(data.get("outcome") or "continued"))[:80]
     status = one_line(str(data.get("status_line") or data.get("reason") or ""))[:300]
-    return f"- iteration {n}: {outcome}" + (f": {status}" if status else "")
+    return f"- iteration {n} ({', '.join(facts)}): {outcome}" + (f": {status}" if status else "")
 
 
 def text(row: dict, events: list[dict], gate: dict | None) -> str:

@@ -42,6 +42,10 @@ NAMED = ("prompt", "work", "review")
 RETRY_SECONDS = 600.0  # how long a write waits for a database that went away
 
 
+class HandBack(Exception):
+    """The loop goes back to the queue now, for the reason given (the claim still stands)."""
+
+
 class Slot:
     """Runs ``row`` (a claim of this worker's) in a thread of its own."""
 
@@ -80,6 +84,9 @@ class Slot:
             self._drive()
         except LeaseLost as exc:
             self._lose(str(exc))
+        except HandBack as exc:
+            self._kill()
+            self._hand_back(str(exc))
         except Exception as exc:  # a worker goes on with its other loops whatever one of them does
             self.w.log("error", loop=self.name, error=f"{type(exc).__name__}: {exc}")
             self._hand_back(f"the worker failed: {type(exc).__name__}: {exc}"[:500])
@@ -258,11 +265,19 @@ class Slot:
         self.ws.commit_all(f"loopwright {self.name}: iteration {iteration}{' (last)' if final else ''}")
         head = self.ws.head()
         self._write(self.w.registry.heartbeat, lease=self.w.lease)  # fenced: a lost claim stops here
-        if head != self.ws.remote_seen:
+        moved = head != self.ws.remote_seen
+        if moved:
             try:
                 self.ws.push(self.ws.remote_seen)
             except PushRejected as exc:
-                raise LeaseLost(f"the remote refused the push (another worker pushed): {exc.line}") from None
+                # Someone pushed to the branch since: a worker that held the loop before, paused
+                # between its fenced write and its push. If the claim is gone this raises
+                # LeaseLost; if it stands, the loop goes back to the queue and goes on from the
+                # branch as it is now (with the next claim, this worker's or another's).
+                self._write(self.w.registry.heartbeat, lease=self.w.lease)
+                raise HandBack(
+                    f"the branch moved under this worker ({exc.line}): it goes on from there"
+                ) from None
         budget = self._budget()
         tokens = int(budget.get("tokens_in") or 0) + int(budget.get("tokens_out") or 0)
         dollars = limits.money(budget.get("dollars_estimate"))
@@ -275,10 +290,10 @@ class Slot:
             state={"counters": carry.snapshot(budget), "local": self.local, "head": head},
             last_decision=str((budget.get("router") or {}).get("last_reason") or "")[:2000],
         )
-        for line in self._history():
-            self._write(self.w.registry.add_event, "iteration", line)
+        for line in self._history():  # each with the commit that holds its work, for a handoff
+            self._write(self.w.registry.add_event, "iteration", dict(line, commit=head[:12]))
         self._heed(spend, limits.mean_cost(dollars, iteration), final)
-        self.w.log("pushed", loop=self.name, iteration=iteration, head=head[:12])
+        self.w.log("pushed" if moved else "recorded", loop=self.name, iteration=iteration, head=head[:12])
 
     def _spend(self, spent: float, /, **progress) -> dict:
         """The boundary's progress write with the dollars spent since the last one added to the

@@ -27,6 +27,8 @@ from loopwright.fleet.slot import Slot
 from loopwright.registry import LeaseLost, RegistryError
 from loopwright.registry.queue import CONTROL_CHANNEL, QUEUE_CHANNEL
 
+SLICE = 0.5  # the longest the worker waits at once, so that a signal is seen at once
+
 
 class Options:
     def __init__(
@@ -82,21 +84,25 @@ class Worker:
         signal.signal(signal.SIGINT, self._on_signal)
         listener = self.registry.listener((QUEUE_CHANNEL, CONTROL_CHANNEL))
         self.log("started", host=self.opts.host, slots=self.opts.slots, allow=self.opts.allow)
-        next_beat, handled = 0.0, 0
+        next_beat, next_look, handled, look = 0.0, 0.0, 0, True
         try:
             while True:
                 if self.signals != handled:
                     handled = self.signals
                     self._wind_down(now=handled >= 2)
-                self._reap()
+                look = self._reap() or look
                 if self.signals and not self.slots:
                     break
                 if time.monotonic() >= next_beat:
                     self._beat()
                     next_beat = time.monotonic() + self.heartbeat
-                if not self.signals:
-                    self._fill()
-                self._wake(listener.wait(self.opts.poll if not self.signals else 0.5))
+                if not self.signals and (look or time.monotonic() >= next_look):
+                    self._fill()  # on a notification or a freed slot, else every --poll seconds
+                    look, next_look = False, time.monotonic() + self.opts.poll
+                # Short waits: a signal is handled within half a second, whatever --poll says.
+                notes = listener.wait(max(0.0, min(SLICE, next_look - time.monotonic())))
+                look = any(channel == QUEUE_CHANNEL for channel, _ in notes) or look
+                self._wake(notes)
         finally:
             listener.close()
         self._beat()
@@ -128,9 +134,12 @@ class Worker:
             self.log("refused", repo=repo[:300], reason=why)
         return why is None
 
-    def _reap(self) -> None:
-        for loop_id in [i for i, s in self.slots.items() if s.done.is_set()]:
+    def _reap(self) -> bool:
+        """Lets go of the slots whose loop is done here; whether any was."""
+        done = [i for i, s in self.slots.items() if s.done.is_set()]
+        for loop_id in done:
             self.slots.pop(loop_id).thread.join(timeout=5)
+        return bool(done)
 
     def _wake(self, notes: list) -> None:
         for channel, payload in notes:

@@ -59,6 +59,7 @@ AT_ONCE = (
     "{known}" + UNLIMITED + " RETURNING fleet_loops.*"
 )
 MEMO_REPOS = 1000  # repositories a worker's allow-list is remembered to allow, at most
+_AT_ONCE_SQL: dict[tuple, str] = {}  # by (accounts, repositories: 0, 1 or more)
 
 FIND = " FROM fleet_loops WHERE id = %s OR name = %s ORDER BY CASE WHEN id = %s THEN 0 ELSE 1 END LIMIT 1"
 TAKE = (
@@ -225,10 +226,16 @@ class Queue:
         repos = self._repos_allowed(allowed)
         if self.backend.dialect != "postgres" or (repos is not None and not repos):
             return None
-        head, args = self._page(FIRST_PAGES, 1, accounts, columns="id, seq")
-        known, also = (" AND repo = ANY(%s)", (sorted(repos),)) if repos is not None else ("", ())
-        sql = AT_ONCE.replace("{head}", head).replace("{known}", known)
-        rows = self.backend.once(sql, (worker, host, lease, *args, MAX_FAILOVERS, *also))
+        accounts = () if accounts is None else tuple(accounts)
+        # A worker's one repository is a text parameter (an array costs more to send).
+        known = () if repos is None else (next(iter(repos)),) if len(repos) == 1 else (sorted(repos),)
+        shape = (len(accounts), len(known) and min(len(repos), 2))
+        if shape not in _AT_ONCE_SQL:  # the statement's text depends on its shape alone
+            head, _ = self._page(FIRST_PAGES, 1, accounts, columns="id, seq")
+            where = ("", " AND repo = %s", " AND repo = ANY(%s)")[shape[1]]
+            _AT_ONCE_SQL[shape] = AT_ONCE.replace("{head}", head).replace("{known}", where)
+        heads = accounts * len(FIRST_PAGES)  # the accounts again in each kind's read
+        rows = self.backend.once(_AT_ONCE_SQL[shape], (worker, host, lease, *heads, MAX_FAILOVERS, *known))
         return loop_row(rows[0]) if rows else None
 
     def _repos_allowed(self, allowed) -> set | None:
