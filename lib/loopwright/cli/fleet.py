@@ -98,6 +98,8 @@ def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **r
     the repository claims it, works on the branch loopwright/<name> and pushes it after every
     iteration. With --parallel N, N work loops share the backlog: the fleet's database gives each
     item to one of them."""
+    from loopwright.core.termsafe import one_line
+    from loopwright.fleet import allow
     from loopwright.fleet import spec as specs
     from loopwright.registry import RegistryError
 
@@ -111,6 +113,11 @@ def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **r
         specs.runner_args(kind, spec)  # what a worker would refuse is refused now
     except specs.SpecError as exc:
         fail(str(exc))
+    refused = allow.refused(repo)  # a URL no worker ever clones, whatever its allow-list
+    if refused:
+        fail(
+            f"bad repository {one_line(repo)[:200]}: {refused}; give --repo a URL or absolute path git clones"
+        )
     reg = registry(url)
     try:
         taken = [n for n in names if n is not None and reg.fleet_loop(n) is not None]
@@ -120,15 +127,33 @@ def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **r
             reg.submit(kind=kind, spec=spec, repo=repo, branch=branch, account=account, tags=tags, name=n)
             for n in names
         ]
+        unserved = _unserved(reg.workers(), account)
     except RegistryError as exc:
         fail(str(exc))
     finally:
         reg.close()
+    if unserved:
+        click.echo(f"loopwright: warning: {unserved}", err=True)
     if as_json:
         return echo_json(rows if parallel is not None else rows[0])
     for row in rows:
         where = f"on {repo} → branch {row['work_branch']}"
         echo(f"queued fleet loop {row['name']} ({kind}) {where} (id {row['id']})")
+
+
+def _unserved(workers: list[dict], account: str) -> str | None:
+    """Why no worker would claim a loop of ``account`` now (it waits in the queue), or None.
+    Workers seen in the last ten minutes count; one started without --account takes any."""
+    live = [w for w in workers if float(w.get("age") or 0) < 600]
+    if not live:
+        return "no worker has been seen in the last ten minutes: the loop waits until one starts"
+    if any(w.get("account") in (None, account) for w in live):
+        return None
+    served = ", ".join(sorted({str(w["account"]) for w in live}))
+    return (
+        f"no worker runs account {account}'s loops (the workers take: {served}): the loop waits "
+        f"until a worker starts with --account {account} or without --account"
+    )
 
 
 def _names(name: str | None, parallel: int | None) -> list:
@@ -230,11 +255,14 @@ def ls(url, status, as_json) -> None:
         reg.close()
     if as_json:
         return echo_json(rows)
+    from loopwright.serve.fleetwatch import first_line, goal_of
+
     for r in rows:
-        where = f" on {r['host']}" if r.get("worker") else ""
+        where = f" on {one_line(r['host'] or '')}" if r.get("worker") else ""
         echo(
             f"{r['name']:<14} {r['status']:<12} it {r['iteration']:<4} ${float(r['dollars'] or 0):.2f} "
-            f"{one_line(r['outcome'] or '')}{where}  {one_line(r['repo'])[:60]}"
+            f"{one_line(r['outcome'] or '')}{where}  {one_line(first_line(goal_of(r)))[:60]}  "
+            f"({one_line(r['repo'])[:50]})"
         )
 
 

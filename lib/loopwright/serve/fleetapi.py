@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from loopwright.fleet import allow
 from loopwright.fleet import spec as specs
 from loopwright.registry import RegistryError
 from loopwright.serve.fleetwatch import detail, slim, snapshot
@@ -152,6 +153,10 @@ async def submit(request: Request, data: dict):
     """`POST /api/loops` with a "repo": a new queued fleet loop (as `loopwright submit`)."""
     m = request.app.state.monitor
     kind, spec = _fleet_spec(data)
+    if isinstance(data.get("repo"), str) and allow.refused(data["repo"]):
+        raise ApiError(
+            400, f"bad repository: {allow.refused(data['repo'])}; give a URL or absolute path git clones"
+        )
     tags = _tags(data.get("tags"))
     account = data.get("account") if data.get("account") is not None else "default"
 

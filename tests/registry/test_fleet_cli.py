@@ -1,0 +1,131 @@
+"""The fleet's commands given bad input, through bin/loopwright as a process: each refusal is one
+line with exit code 1 and no traceback, and nothing is queued; a goal full of SQL, shell and
+terminal metacharacters is stored and shown as the text it is; a loop no worker would take is
+queued with a warning that says why."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import REPO, lw_env
+from loopwright.registry import open_registry
+from pgcluster import free_port
+
+NASTY = "\x1b[31mfix it'; DROP TABLE fleet_loops; -- $(touch /tmp/lw-pwned) `id` && echo %s {now}"
+
+
+def lw(tmp_path, *args, **env):
+    return subprocess.run(
+        [str(REPO / "bin" / "loopwright"), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=lw_env(XDG_DATA_HOME=str(tmp_path / "data"), **env),
+        timeout=120,
+    )
+
+
+def one_line_error(out) -> str:
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stdout == "" and "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("loopwright: error: "), out.stderr
+    return lines[0]
+
+
+def queued(url: str) -> list[dict]:
+    reg = open_registry(url)
+    try:
+        return reg.fleet_loops()
+    finally:
+        reg.close()
+
+
+@pytest.mark.parametrize(
+    "repo, says",
+    [
+        ("--upload-pack=touch /tmp/x", "bad repository"),
+        ("ext::sh -c touch% /tmp/x", "remote helper"),
+        ("https://example.com/a/%2e%2e/b.git", "percent-encoding"),
+        ("relative/path.git", "neither a URL nor an absolute path"),
+        ("https://example.com/a b.git", "whitespace"),
+    ],
+)
+def test_a_repository_no_worker_would_clone_is_refused_at_submit(registry_url, tmp_path, repo, says):
+    line = one_line_error(lw(tmp_path, "submit", "--db", registry_url, "--repo", repo, "goal"))
+    assert says in line
+    assert queued(registry_url) == []
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--account", "team a"], "bad account name"),
+        (["--account", "-x"], "bad account name"),
+        (["--branch", "main..x"], "bad branch name"),
+        (["--name", "no spaces"], "invalid loop name"),
+        (["--max-iterations", "0"], "max_iterations must be between"),
+        (["--verify", "a\nb"], "line break"),
+    ],
+)
+def test_bad_options_are_one_line_and_queue_nothing(registry_url, tmp_path, args, says):
+    out = lw(tmp_path, "submit", "--db", registry_url, "--repo", "https://example.com/a.git", *args, "goal")
+    assert says in one_line_error(out)
+    assert queued(registry_url) == []
+
+
+def test_a_goal_full_of_metacharacters_is_stored_and_shown_as_text(registry_url, tmp_path):
+    out = lw(tmp_path, "submit", "--db", registry_url, "--repo", "https://example.com/a.git", "--name", "odd",
+             "--", NASTY)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (row,) = queued(registry_url)  # the table is still there, with the one row
+    assert row["spec"]["goal"] == NASTY and row["name"] == "odd"
+    shown = lw(tmp_path, "fleet", "ls", "--db", registry_url)
+    assert shown.returncode == 0, shown.stderr
+    assert "\\e[31mfix it'; DROP TABLE fleet_loops; -- $(touch /tmp/lw-pw" in shown.stdout  # its first 60
+    assert "\x1b" not in shown.stdout  # a terminal escape is shown escaped, never sent
+    listed = json.loads(lw(tmp_path, "fleet", "ls", "--db", registry_url, "--json").stdout)
+    assert listed[0]["spec"]["goal"] == NASTY
+
+
+def test_a_database_that_is_down_is_one_line_for_every_command(tmp_path):
+    down = f"postgresql://lw:s3cret@127.0.0.1:{free_port()}/fleet"
+    for args in (
+        ["submit", "--db", down, "--repo", "https://example.com/a.git", "goal"],
+        ["worker", "--db", down, "--allow-repo", "https://example.com/*", "--data", str(tmp_path / "w")],
+        ["fleet", "ls", "--db", down],
+        ["fleet", "stop", "x", "--db", down],
+        ["fleet", "limits", "--db", down],
+    ):
+        line = one_line_error(lw(tmp_path, *args))
+        assert "cannot reach the database postgresql://lw:***@127.0.0.1" in line and "s3cret" not in line
+
+
+def test_a_worker_needs_an_allow_list_and_a_heartbeat_inside_its_lease(registry_url, tmp_path):
+    assert "give --allow-repo" in one_line_error(lw(tmp_path, "worker", "--db", registry_url))
+    bad = lw(tmp_path, "worker", "--db", registry_url, "--allow-repo", "https://example.com/*",
+             "--lease", "5", "--heartbeat", "5")  # fmt: skip
+    assert "--heartbeat must be shorter than --lease" in one_line_error(bad)
+    pattern = lw(tmp_path, "worker", "--db", registry_url, "--allow-repo", "https://example.com/a b")
+    assert "--allow-repo" in one_line_error(pattern)
+
+
+def test_a_loop_no_worker_would_take_is_queued_with_a_warning(registry_url, tmp_path):
+    submit = ("submit", "--db", registry_url, "--repo", "https://example.com/a.git")
+    alone = lw(tmp_path, *submit, "--name", "first", "goal")
+    assert alone.returncode == 0 and "no worker has been seen" in alone.stderr
+    reg = open_registry(registry_url)
+    try:
+        reg.worker_beat("w1", "alpha", 2, 0, "team-a", [])
+    finally:
+        reg.close()
+    other = lw(tmp_path, *submit, "--name", "second", "--account", "team-b", "goal")
+    assert other.returncode == 0 and other.stderr.startswith(
+        "loopwright: warning: no worker runs account team-b"
+    )
+    served = lw(tmp_path, *submit, "--name", "third", "--account", "team-a", "goal")
+    assert served.returncode == 0 and served.stderr == ""
+    assert sorted(r["name"] for r in queued(registry_url)) == ["first", "second", "third"]
