@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import http.server
 import json
 import os
 import shutil
@@ -189,8 +190,40 @@ def paint_times(mon: Monitor, rounds: int) -> dict | None:
             fleet_at, paint_at = page.evaluate(SHOWN)
             shown.append(fleet_at / 1000)
             painted.append(paint_at / 1000)
+        bare = _bare_paints(browser, rounds)
         browser.close()
-    return dict(quantiles(shown), first_contentful_paint=quantiles(painted))
+    return dict(quantiles(shown), first_contentful_paint=quantiles(painted), bare_page=quantiles(bare))
+
+
+class _Bare(http.server.BaseHTTPRequestHandler):
+    PAGE = b"<!doctype html><title>bare</title><p>a bare page</p>"
+
+    def do_GET(self):  # noqa: N802 - the standard library's name
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(self.PAGE)))
+        self.end_headers()
+        self.wfile.write(self.PAGE)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _bare_paints(browser, rounds: int) -> list[float]:
+    """The first contentful paint of a one-line page from localhost, in the same browser and
+    run: the floor any page's first paint stands on, on this machine."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Bare)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    page, times = browser.new_context().new_page(), []
+    try:
+        page.goto(f"http://127.0.0.1:{server.server_port}/")
+        for _ in range(rounds):
+            page.reload()
+            page.wait_for_function("performance.getEntriesByType('paint').length > 0")
+            times.append(page.evaluate("performance.getEntriesByType('paint')[0].startTime") / 1000)
+    finally:
+        server.shutdown()
+    return times
 
 
 def main() -> int:
@@ -245,6 +278,10 @@ def report(result: dict, args) -> int:
             fcp = paint["first_contentful_paint"]
             print(f"  page's first paint     median {fcp['median_ms']} ms, p95 {fcp['p95_ms']} ms")
             print(f"  fleet rows on screen   median {paint['median_ms']} ms, p95 {paint['p95_ms']} ms")
+            bare = paint["bare_page"]
+            print(
+                f"  a bare page's paint    median {bare['median_ms']} ms, p95 {bare['p95_ms']} ms (the floor)"
+            )
         else:
             print("  first paint            skipped: no chromium or playwright")
         print(f"  load average {os.getloadavg()[0]:.1f} (a shared machine: compare runs on a quiet one)")
