@@ -10,7 +10,7 @@ VENV   ?= $(CACHE)/venv-$(REQS)
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.loopwright-installed
 
-.PHONY: setup lint test unit e2e demo bench validate clean
+.PHONY: setup lint test unit e2e demo fleet-demo bench bench-fleet validate clean
 
 setup: $(STAMP)
 
@@ -41,9 +41,19 @@ demo: setup
 	$(PY) tests/claude_cli.py install
 	$(PY) tests/demo.py
 
+# Two workers on a throwaway PostgreSQL share three loops; one is killed and its loop fails over.
+fleet-demo: setup
+	$(PY) tests/claude_cli.py install
+	$(PY) tests/fleet_demo.py
+
 bench: setup
 	$(PY) bench/bench_stop.py --check --fetch-ralph
 	$(PY) bench/bench_tasks.py --check
+
+# Claims per second on a throwaway PostgreSQL (1, 8, 64 workers) beside a bare SKIP LOCKED loop,
+# and the server's load under 1,000 running loops. Needs PostgreSQL's server programs.
+bench-fleet: setup
+	$(PY) bench/bench_fleet.py --check
 
 validate: setup
 	$(PY) tests/claude_cli.py validate .

@@ -42,7 +42,7 @@ import pgcluster  # noqa: E402
 LW = str(REPO / "bin" / "loopwright")
 LOOPS = {"heron": "sketch", "otter": "survey", "lynx": "index"}  # loop name -> its goal's marker word
 NOTES = 3  # iterations of each loop: one note each
-HOLD_AT = 2  # the note after which a loop waits for the model until it is let go
+HOLD_AT = 2  # the note whose turn waits for the model until the demo lets its loop go
 LEASE, WITHIN = 6, 150  # seconds: a worker's lease; the bound on any one wait
 HOLD_SECONDS = 300
 
@@ -51,40 +51,46 @@ class Model:
     """The scripted model for every loop at once, told apart by the marker word of the goal a
     conversation started with. It keeps no count of its own: the agent's command prints the
     lines notes.md has, so a loop that moved to another machine goes on where its pushed work
-    ends. After note ``HOLD_AT`` a loop's answer waits until the demo lets that loop go."""
+    ends. The turn of note ``HOLD_AT`` waits for the model's first answer (the agent has done
+    nothing of it yet) until the demo lets that loop go."""
 
     def __init__(self, markers) -> None:
         self.go = {m: threading.Event() for m in markers}
         self.waiting = {m: threading.Event() for m in markers}
 
     def __call__(self, request) -> fakeapi.Reply:
-        blob = json.dumps((request.body or {}).get("messages", []))
+        messages = (request.body or {}).get("messages") or []
+        blob = json.dumps(messages)
         marker = next((m for m in self.go if m in blob), None)
         if marker is None:
             return fakeapi.text("Nothing to do here.")
-        written = _notes_counted(request)
+        written = _count(messages, this_turn=True)
         if written is None:  # a new turn: the next note
             command = f'touch notes.md && echo "{marker} note $(( $(wc -l < notes.md) + 1 ))" >> notes.md'
-            return fakeapi.bash(f"{command} && wc -l < notes.md", text=f"Writing the next {marker} note.")
+            reply = fakeapi.bash(f"{command} && wc -l < notes.md", text=f"Writing the next {marker} note.")
+            if _count(messages, this_turn=False) == HOLD_AT - 1 and not self.go[marker].is_set():
+                self.waiting[marker].set()
+                return fakeapi.hang(HOLD_SECONDS, then=reply, release=self.go[marker])
+            return reply
         if written >= NOTES:
             return fakeapi.text(f"All {NOTES} {marker} notes are written.\n<promise>DONE</promise>")
-        reply = fakeapi.text(f"Wrote {marker} note {written}.")
-        if written == HOLD_AT and not self.go[marker].is_set():
-            self.waiting[marker].set()
-            return fakeapi.hang(HOLD_SECONDS, then=reply, release=self.go[marker])
-        return reply
+        return fakeapi.text(f"Wrote {marker} note {written}.")
 
 
-def _notes_counted(request) -> int | None:
-    """The count the agent's command printed, when the request answers that command."""
-    messages = (request.body or {}).get("messages") or [{}]
-    content = messages[-1].get("content")
-    for block in content if isinstance(content, list) else []:
-        if isinstance(block, dict) and block.get("type") == "tool_result":
-            inner = block.get("content")
-            text = inner if isinstance(inner, str) else " ".join(b.get("text", "") for b in inner or [])
-            digits = [w for w in text.split() if w.isdigit()]
-            return int(digits[-1]) if digits else 0
+def _count(messages: list, this_turn: bool) -> int | None:
+    """The count the agent's last command printed: in the messages since the model's last
+    answer (the request answers that command; the CLI may add messages after the result), or
+    anywhere in the session. None when there is none."""
+    for message in reversed(messages):
+        if message.get("role") == "assistant" and this_turn:
+            return None
+        content = message.get("content")
+        for block in reversed(content) if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                text = inner if isinstance(inner, str) else " ".join(b.get("text", "") for b in inner or [])
+                digits = [w for w in text.split() if w.isdigit()]
+                return int(digits[-1]) if digits else 0
     return None
 
 
@@ -171,6 +177,36 @@ def _signal(pids, sig) -> None:
             pass
 
 
+def _kill_all(pids) -> None:
+    """SIGKILL ``pids`` and their process groups (a client runs in a session of its own)."""
+    groups = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            pass
+    _signal(pids, signal.SIGKILL)
+    for group in groups - {os.getpgrp()}:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def strays(root: Path) -> list[int]:
+    """Processes whose HOME is a machine's under ``root``: whatever a worker started and left
+    (a client runs in a session of its own, and outlives a runner killed under it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if any(v.startswith(f"HOME={root}/".encode()) for v in env) and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
 def kill(machine: Machine) -> None:
     """The machine dies: its worker and everything under it (stopped first, so that nothing
     starts meanwhile), their process groups too, get SIGKILL; nothing gets to say goodbye."""
@@ -179,32 +215,25 @@ def kill(machine: Machine) -> None:
     while fresh := [p for p in _descendants(machine.proc.pid) if p not in below]:
         _signal(fresh, signal.SIGSTOP)
         below += fresh
-    groups = set()
-    for pid in below:
-        try:
-            groups.add(os.getpgid(pid))
-        except ProcessLookupError:
-            pass
-    _signal([machine.proc.pid, *below], signal.SIGKILL)
-    for group in groups - {os.getpgrp()}:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _kill_all([machine.proc.pid, *below])
     machine.proc.wait(timeout=60)
 
 
-def stop(machine: Machine) -> None:
-    """A worker told to stop (SIGTERM, then a second one: stop now); killed if it lingers."""
+def stop(machine: Machine, patience: float) -> None:
+    """A worker told to stop (SIGTERM, then a second one: stop now), killed if it lingers
+    ``patience`` seconds after each; and whatever it started that outlived it."""
+    seen: set[int] = set()
     for _ in range(2):
         if machine.proc.poll() is None:
+            seen.update(_descendants(machine.proc.pid))
             machine.proc.send_signal(signal.SIGTERM)
             try:
-                machine.proc.wait(timeout=30)
+                machine.proc.wait(timeout=patience)
             except subprocess.TimeoutExpired:
                 continue
-    if machine.proc.poll() is None or _descendants(machine.proc.pid):
+    if machine.proc.poll() is None:
         kill(machine)
+    _kill_all(sorted(seen))
 
 
 # --- the fleet as the database shows it --------------------------------------------------------
@@ -295,7 +324,8 @@ def play(url: str, remote: Path, root: Path, machines: list[Machine], model: Mod
         for name in LOOPS:
             if name != loop:
                 model.go[LOOPS[name]].set()
-        watch.until(lambda _: model.waiting[LOOPS[loop]].is_set(), f"{loop}'s second iteration", machines)
+        mid = model.waiting[LOOPS[loop]]  # iteration 1 pushed, iteration 2 asked for
+        watch.until(lambda rows: mid.is_set() and rows[loop]["iteration"] >= 1, "the kill's moment", machines)
         watch.say(f"{loop} is in its iteration {HOLD_AT} on {victim.host}: killing {victim.name} (SIGKILL)")
         kill(victim)
         model.go[LOOPS[loop]].set()
@@ -314,12 +344,14 @@ def report(rows: dict[str, dict], remote: Path, victim: Machine, loop: str) -> b
         print(f"{name:<8} {r['outcome']:<12} {r['iteration']:>10} {r['failovers']:>10}  {r['host']}")
     print("\npushed branches:")
     git = ("git", "--git-dir", str(remote))
-    refs = run(*git, "for-each-ref", "--format=%(refname:short)", "refs/heads/loopwright").stdout.split()
-    for ref in refs:
-        notes = run(*git, "show", f"{ref}:notes.md").stdout.strip().splitlines()
-        print(f"  {ref}: notes.md = {' | '.join(notes)}")
-    ok = all(rows[n]["outcome"] == "LOOP_DONE" for n in LOOPS) and rows[loop]["failovers"] == 1
-    ok = ok and rows[loop]["host"] != victim.host
+    pushed = {}
+    for name in LOOPS:
+        pushed[name] = run(*git, "show", f"loopwright/{name}:notes.md").stdout.strip().splitlines()
+        print(f"  loopwright/{name}: notes.md = {' | '.join(pushed[name])}")
+    # Each loop wrote its notes, one an iteration, however many machines it ran on.
+    ok = all(rows[n]["outcome"] == "LOOP_DONE" and rows[n]["iteration"] == NOTES for n in LOOPS)
+    ok = ok and all(len(pushed[n]) == NOTES for n in LOOPS)
+    ok = ok and rows[loop]["failovers"] == 1 and rows[loop]["host"] != victim.host
     if ok:
         print(f"\nfleet demo finished: three loops LOOP_DONE; {loop} failed over once, from {victim.host}.")
     else:
@@ -336,8 +368,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cleaned up as after Ctrl-C
     root = Path(tempfile.mkdtemp(prefix="loopwright-fleet-demo-"))
     machines: list[Machine] = []
-    cluster = None
-    ok = False
+    cluster, code = None, 1
     try:
         cluster = pgcluster.make_cluster()
         print(f"demo directory: {root}\nPostgreSQL cluster: {cluster.root} (port {cluster.port})\n")
@@ -346,19 +377,26 @@ def main() -> int:
         model = Model(LOOPS.values())
         with fakeapi.ScriptedServer(default=model) as server:
             victim, loop, rows = play(url, remote, root, machines, model, server.url)
-            ok = report(rows, remote, victim, loop)
+            code = 0 if report(rows, remote, victim, loop) else 1
     except (RuntimeError, subprocess.SubprocessError) as exc:
         print(f"\nfleet demo FAILED: {exc}", file=sys.stderr)
         for m in machines:
             print(f"--- the end of {m.name}'s log:\n{m.tail()}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("\ninterrupted: cleaning up", file=sys.stderr)
+        code = 130
     finally:
-        for m in machines:
-            stop(m)
+        for m in machines:  # idle at the end of a demo that went well: they leave at once
+            stop(m, patience=15 if code == 0 else 3)
+        deadline = time.monotonic() + 30
+        while (left := strays(root)) and time.monotonic() < deadline:  # a SIGKILL takes a moment
+            _kill_all(left)
+            time.sleep(0.1)
         if cluster is not None:
             cluster.close()
         shutil.rmtree(root, ignore_errors=True)
         print("cleaned up: workers stopped, cluster stopped and removed, demo directory removed")
-    return 0 if ok else 1
+    return code
 
 
 if __name__ == "__main__":

@@ -82,6 +82,22 @@ def beat_of(url: str) -> float:
     return max((w["beat_at"] for w in json.loads(out.stdout)), default=0.0)
 
 
+def working_in(directory: Path) -> list[int]:
+    """The processes whose current directory is ``directory`` or below (a loop's runner and
+    its Claude Code client run in the loop's clone)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cwd == str(directory) or cwd.startswith(f"{directory}/"):
+            found.append(int(entry.name))
+    return found
+
+
 def stop_worker(proc: subprocess.Popen) -> str:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

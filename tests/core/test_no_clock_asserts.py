@@ -36,6 +36,9 @@ ALLOWED = {
     ("e2e/test_e2e_run.py", "test_a_usage_limit_is_waited_out_with_the_clock_paused"): (
         "clock_paused_seconds >= 1.4: a lower bound that load cannot break"
     ),
+    # `make fleet-demo` (a script, not a test) polls the fleet and its strays until deadlines.
+    ("fleet_demo.py", "Watch.until"): "polls the fleet until a deadline",
+    ("fleet_demo.py", "main"): "kills stray processes until none is left or a deadline passes",
     # Sleeps that are not waits.
     ("state/test_fault.py", "kill_at_a_random_instant"): "a random instant to kill at, by design",
     ("state/test_store.py", "test_file_lock_excludes_other_processes.worker"): (

@@ -9,6 +9,8 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -43,3 +45,21 @@ def test_the_task_benchmark_runs_and_reports_its_growth():
     assert [r["lines"] for r in res["rows"]] == [1000, 2000, 4000], res
     assert all(positive({k: v for k, v in r.items() if k != "lines"}) for r in res["rows"]), res
     assert set(res["growth_4x"]) == {"task_list_ms", "router_render_ms"} and isinstance(res["linear"], bool)
+
+
+def test_the_fleet_benchmark_runs_and_reports_every_series():
+    import pgcluster
+
+    if pgcluster.unavailable():
+        pytest.skip(pgcluster.unavailable())
+    claims = ["--claims", "200", "--levels", "1,3", "--rounds", "1"]
+    load = ["--loops", "20", "--workers", "2", "--simulate", "20", "--speedup", "20"]
+    res = bench("bench_fleet.py", *claims, *load)
+    assert [(c["how"], c["processes"]) for c in res["claims"]] == [
+        (how, n) for n in (1, 3) for how in ("registry", "worker", "bare")
+    ], res
+    assert all(c["claims"] == 200 and positive({"rate": c["per_second"]}) for c in res["claims"]), res
+    assert res["double_claims"] == 0 and res["unclaimed"] == 0, res
+    assert set(res["ratios"]) == {"registry", "worker"} and all(positive(r) for r in res["ratios"].values())
+    beats = res["heartbeats"]
+    assert beats["loops"] == 20 and beats["writes"] > 0 and beats["server_share_of_one_core"] > 0, beats

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import fakeapi
-from fleetkit import ByGoal, lw, make_remote, row_of, start_worker, stop_worker, worker_log
+from fleetkit import ByGoal, lw, make_remote, row_of, start_worker, stop_worker, worker_log, working_in
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -211,6 +211,14 @@ def test_a_usage_limit_pauses_its_account_on_every_worker_until_the_reset(pg_url
             paused.set()
             handed = wait_for(lambda: released(workers, "kiwi-loop", "mango-loop"),
                               "team-a's loops handed back", within=120, every=0.2, proc=only_a)  # fmt: skip
+            # Nothing of theirs runs on: no runner, and no client (in a session of its own) left
+            # calling the model while the account waits.
+            clones = [
+                tmp_path / f"data-{w}" / "work" / n for w, n in (("wa", "kiwi-loop"), ("wb", "mango-loop"))
+            ]
+            wait_for(
+                lambda: not any(working_in(clone) for clone in clones), "their processes gone", within=30
+            )
             ended = lambda: all_ended(pg_url, workers, *(n for n, _, _ in loops))  # noqa: E731
             wait_for(ended, "every loop to end", within=300, every=0.5, proc=only_a)
         finally:

@@ -290,3 +290,34 @@ def test_a_cycle_stops_the_walk_where_it_closes():
 
     orders = codedeps.load_orders({"x": ["y"], "y": ["x"]})
     assert orders == {"x": ("y",), "y": ("x",)}
+
+
+# Boot as hooks/stop.py does (its own boot(): the archive served with preload), then import each
+# module named; print the loader of each (argv: hooks/stop.py, lib, cache, module...).
+PRELOAD_PROBE = r"""
+import importlib, json, sys
+stop, lib, cache, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+head = open(stop).read().split("atexit.register(_leave)")[0]
+exec(compile(head, stop, "exec"))
+boot(cache, lib)
+sys.path.insert(0, lib)
+print(json.dumps({n: type(importlib.import_module(n).__spec__.loader).__name__ for n in names}))
+"""
+
+
+def test_preloading_imports_every_mode_whose_package_imports_its_own_modules(tmp_path):
+    """A mode's package __init__ imports its mode module, which imports the package's other
+    modules through the package (work mode: `from loopwright.modes.work import fleet`): a
+    preload that ran those before the package existed would find its __init__ half done."""
+    from loopwright import modes
+
+    lib = copy_lib(tmp_path / "plugin" / "lib")
+    cache = private_cache(tmp_path)
+    build(lib, cache)
+    names = [f"loopwright.modes.{m}" for m in modes.names()]
+    assert "loopwright.modes.work" in names
+    for name in names:  # each in a process of its own: the first import of its package
+        argv = [sys.executable, "-I", "-S", "-B", "-c", PRELOAD_PROBE, str(REPO / "hooks" / "stop.py")]
+        out = subprocess.run([*argv, str(lib), str(cache), name], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == {name: "ArchiveFinder"}

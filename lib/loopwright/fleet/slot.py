@@ -438,14 +438,28 @@ class Slot:
             self._lose(str(exc))
 
     def _kill(self) -> None:
-        """Stop the runner and its client now (SIGKILL to their group): the loop stays as it
-        was at its last pushed iteration."""
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+        """Stop the runner and its client now: the loop stays as it was at its last pushed
+        iteration. The runner starts its client in a session of its own, so the runner's group
+        is not enough: every process under the runner is found first, then each one's group and
+        itself are killed (a client left alive would go on spending)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        import psutil
+
+        try:
+            below = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            below = []
+        for pid in [self.proc.pid, *(p.pid for p in below)]:
+            for kill in (
+                lambda p=pid: os.killpg(os.getpgid(p), signal.SIGKILL),
+                lambda p=pid: os.kill(p, signal.SIGKILL),
+            ):
+                try:
+                    kill()
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.proc.wait()
 
     def _write(self, call, *args, **fields):
         """A fenced write of this claim's, retried while the database is away (LeaseLost is not

@@ -98,6 +98,16 @@ def build(lib: str, cache: str) -> str:
     return target
 
 
+def _parents_in(name: str, modules) -> bool:
+    """Whether every package above ``name`` is imported already (or being imported)."""
+    dot = name.rfind(".")
+    while dot > 0:
+        if name[:dot] not in modules:
+            return False
+        dot = name.rfind(".", 0, dot)
+    return True
+
+
 class ArchiveFinder:
     """A meta path finder and loader for the modules of one archive. With ``preload`` (for a
     hook's single thread only: it takes no import locks), a module's whole tree of imports is
@@ -130,7 +140,10 @@ class ArchiveFinder:
             return None
         if self.preload:
             for needed in entry[6]:
-                if needed not in sys.modules:
+                # A module runs only once its packages exist, as Python's imports would have it: a
+                # package whose __init__ imports its own modules (modes/work) is listed after them,
+                # and they are left to load when that __init__ asks for them.
+                if needed not in sys.modules and _parents_in(needed, sys.modules):
                     self._load(needed)
         return self._spec(name, entry)
 
