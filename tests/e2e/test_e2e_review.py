@@ -135,7 +135,9 @@ def test_run_review_headless_waits_without_a_stall_and_merges(project: Path, tmp
             github.push(pr, "carol")
             github.set_checks(pr)
 
-        threading.Timer(3.0, push).start()  # the wait is quiet for longer than a stall window
+        # The wait is quiet for twice the stall window (8 polls of 0.5 s: room for a starved
+        # `review wait` to start and beat on a busy machine); its heartbeats keep it alive.
+        threading.Timer(8.0, push).start()
         return fakeapi.bash("loopwright review wait --poll 0.3 --max-wait 30", text="Waiting.")
 
     script = [
@@ -151,7 +153,7 @@ def test_run_review_headless_waits_without_a_stall_and_merges(project: Path, tmp
     home.mkdir()
     with fakeapi.ScriptedServer(script) as server:
         out, events = run_headless(
-            project, home, server, "--stall-polls", "2", "review", "--pr", str(pr), env=github.env()
+            project, home, server, "--stall-polls", "8", "review", "--pr", str(pr), env=github.env()
         )
     assert out.returncode == 0, out.stderr + out.stdout
     assert "stall" not in [e["event"] for e in events], events
