@@ -57,6 +57,7 @@ class Model:
     def __init__(self, markers) -> None:
         self.go = {m: threading.Event() for m in markers}
         self.waiting = {m: threading.Event() for m in markers}
+        self.asked: dict[str, list[float]] = {m: [] for m in markers}  # when each loop's requests came
 
     def __call__(self, request) -> fakeapi.Reply:
         messages = (request.body or {}).get("messages") or []
@@ -64,6 +65,7 @@ class Model:
         marker = next((m for m in self.go if m in blob), None)
         if marker is None:
             return fakeapi.text("Nothing to do here.")
+        self.asked[marker].append(time.monotonic())
         written = _count(messages, this_turn=True)
         if written is None:  # a new turn: the next note
             command = f'touch notes.md && echo "{marker} note $(( $(wc -l < notes.md) + 1 ))" >> notes.md'
@@ -328,10 +330,18 @@ def play(url: str, remote: Path, root: Path, machines: list[Machine], model: Mod
         watch.until(lambda rows: mid.is_set() and rows[loop]["iteration"] >= 1, "the kill's moment", machines)
         watch.say(f"{loop} is in its iteration {HOLD_AT} on {victim.host}: killing {victim.name} (SIGKILL)")
         kill(victim)
+        killed_at = time.monotonic()
         model.go[LOOPS[loop]].set()
         watch.say(f"{victim.name} is gone; its lease runs out within {LEASE}s, then {loop} fails over")
         survivors = [m for m in machines if m is not victim]
         watch.until(all_ended, "every loop to end", survivors)
+        after = [t for t in model.asked[LOOPS[loop]] if t > killed_at]
+        if after:  # the first turn of the loop's next session, on the other machine
+            took = after[0] - killed_at
+            watch.say(
+                f"failover: {loop}'s next iteration began {took:.1f}s after the kill "
+                f"({took / LEASE:.2f}x the lease)"
+            )
         return victim, loop, watch.rows()
     finally:
         watch.close()
