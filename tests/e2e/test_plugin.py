@@ -53,11 +53,15 @@ def test_session_start_installs_packages_once_and_again_when_requirements_change
     def python_starts() -> int:
         return len(starts.read_text().splitlines()) if starts.exists() else 0
 
+    # A fleet's database is named: its PostgreSQL client is installed too.
+    env["LOOPWRIGHT_DATABASE_URL"] = "postgresql://lw@db.example/fleet"
     msg = run()
     assert python_starts() >= 1  # the venv was made with python3 from PATH
     assert "installed its Python packages" in json.loads(msg)["systemMessage"]
     py = data / "venv" / "bin" / "python"
-    check = subprocess.run([str(py), "-c", "import click, portalocker, psutil"], capture_output=True)
+    check = subprocess.run(
+        [str(py), "-c", "import click, portalocker, psutil, psycopg, psycopg_pool"], capture_output=True
+    )
     assert check.returncode == 0, check.stderr
     assert f"export LOOPWRIGHT_DATA='{data}'" in env_file.read_text()
     # Nothing changed: no output, no reinstall, and no Python started at all (one file
@@ -68,24 +72,19 @@ def test_session_start_installs_packages_once_and_again_when_requirements_change
     assert msg == "" and python_starts() == before
     assert (py.parent.parent.stat().st_ino, py.parent.parent.stat().st_mtime_ns) == venv_id
     assert (data / "install.log").read_bytes() == log
-    # The bundled requirements change: it reinstalls.
+    # The bundled requirements change, and no fleet database is named any more: it reinstalls,
+    # without the PostgreSQL client.
     with open(root / "requirements.txt", "a") as fh:
         fh.write("# bumped\n")
+    del env["LOOPWRIGHT_DATABASE_URL"]
     msg = run()
     assert "installed" in msg and python_starts() > before
+    assert subprocess.run([str(py), "-c", "import psycopg"], capture_output=True).returncode != 0
     # The hooks now pick that interpreter.
     probe = subprocess.run(
         ["sh", "-c", f'. "{root}/hooks/lib.sh"; echo "$LW_PY"'], capture_output=True, text=True, env=env
     )
     assert probe.stdout.strip() == str(py)
-    # Without a fleet database the PostgreSQL client is not installed; with one it is, once.
-    assert subprocess.run([str(py), "-c", "import psycopg"], capture_output=True).returncode != 0
-    env["LOOPWRIGHT_DATABASE_URL"] = "postgresql://lw@db.example/fleet"
-    assert "installed" in run()
-    check = subprocess.run([str(py), "-c", "import psycopg, psycopg_pool"], capture_output=True)
-    assert check.returncode == 0, check.stderr
-    before = python_starts()
-    assert run() == "" and python_starts() == before
 
 
 @pytest.mark.e2e
