@@ -89,6 +89,8 @@ class PostgresBackend(Backend):
         except self.psycopg.Error as exc:
             why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             fix = "start it, or fix --db / $LOOPWRIGHT_DATABASE_URL"
+            if "password" in why or "authentication" in why:
+                fix = "give the role's password in ~/.pgpass (or $PGPASSFILE, $PGPASSWORD), never in the URL"
             raise RegistryError(f"cannot reach the database {self.shown}: {why}; {fix}") from None
 
     @contextlib.contextmanager
