@@ -53,6 +53,18 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def registry(url: str | None):
+    """The registry at ``url`` (or $LOOPWRIGHT_DATABASE_URL, else the monitor's SQLite file);
+    a database that cannot be opened is one line and exit code 1."""
+    from loopwright.registry import RegistryError, open_registry
+    from loopwright.serve import token
+
+    try:
+        return open_registry(url, default=str(token.data_dir() / "runs.sqlite"))
+    except RegistryError as exc:
+        fail(str(exc))
+
+
 def ceiling_options(help_text: str):
     """The --max-* options for commands that raise ceilings; ``help_text`` has one {} for the budget."""
     specs = (

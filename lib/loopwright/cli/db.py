@@ -7,7 +7,7 @@ import time
 
 import click
 
-from loopwright.cli.base import echo, echo_json, fail
+from loopwright.cli.base import echo, echo_json, fail, registry
 
 NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
 
@@ -29,17 +29,15 @@ def db() -> None:
 def status(url: str | None, as_json: bool) -> None:
     """Which database the registry is, its schema version, the latest this loopwright knows
     and each step applied. Opening it applies the steps it lacks, as `serve` would."""
-    from loopwright.registry import RegistryError, open_registry
-    from loopwright.serve import token
+    from loopwright.registry import RegistryError
 
+    reg = registry(url)
     try:
-        reg = open_registry(url, default=str(token.data_dir() / "runs.sqlite"))
-        try:
-            info = reg.schema_status()
-        finally:
-            reg.close()
+        info = reg.schema_status()
     except RegistryError as exc:
         fail(str(exc))
+    finally:
+        reg.close()
     if as_json:
         return echo_json(info)
     echo(f"database: {info['where']} ({NAMES.get(info['database'], info['database'])})")

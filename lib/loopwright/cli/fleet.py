@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from loopwright.cli import fleet_limits
-from loopwright.cli.base import echo, echo_json, fail
+from loopwright.cli.base import echo, echo_json, fail, registry
 
 MODES = ("work", "review", "task")
 
@@ -29,16 +29,6 @@ def db_option(fn):
         metavar="URL",
         help="The fleet's database: postgresql://… (default: the monitor's SQLite file, one machine).",
     )(fn)
-
-
-def registry(url: str | None):
-    from loopwright.registry import RegistryError, open_registry
-    from loopwright.serve import token
-
-    try:
-        return open_registry(url, default=str(token.data_dir() / "runs.sqlite"))
-    except RegistryError as exc:
-        fail(str(exc))
 
 
 def limit_options(fn):

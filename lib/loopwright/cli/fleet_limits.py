@@ -7,7 +7,7 @@ import time
 
 import click
 
-from loopwright.cli.base import echo, echo_json, fail
+from loopwright.cli.base import echo, echo_json, fail, registry
 
 
 def _money(value) -> str:
@@ -74,26 +74,24 @@ def limits(url, max_dollars_per_day, max_running, account, tag, clear, as_json) 
     it. An account whose loop meets a usage limit (HTTP 429) is paused until the limit resets:
     every worker hands its loops back, and they go on after the reset. With no setting, shows
     the limits, today's spend and the paused accounts."""
-    from loopwright.registry import RegistryError, open_registry
-    from loopwright.serve import token
+    from loopwright.registry import RegistryError
 
     scope = _scope(account, tag)
     setting = max_dollars_per_day is not None or max_running is not None
     if clear and setting:
         fail("--clear removes a scope's limits: give it without --max-dollars-per-day or --max-running")
+    reg = registry(url)
     try:
-        reg = open_registry(url, default=str(token.data_dir() / "runs.sqlite"))
-        try:
-            if clear:
-                done = {"scope": scope, "cleared": reg.clear_limits(scope)}
-            elif setting:
-                done = reg.set_limits(scope, max_dollars_per_day=max_dollars_per_day, max_running=max_running)
-            else:
-                done = reg.limits_report()
-        finally:
-            reg.close()
+        if clear:
+            done = {"scope": scope, "cleared": reg.clear_limits(scope)}
+        elif setting:
+            done = reg.set_limits(scope, max_dollars_per_day=max_dollars_per_day, max_running=max_running)
+        else:
+            done = reg.limits_report()
     except RegistryError as exc:
         fail(str(exc))
+    finally:
+        reg.close()
     if as_json:
         return echo_json(done)
     if clear:

@@ -15,7 +15,7 @@ import math
 from loopwright.core.clock import now_iso, parse_iso
 from loopwright.core.outcomes import budget_exhausted, stopped
 from loopwright.core.recovery import FINISHED
-from loopwright.registry.limits import SPENT  # noqa: F401 - the control a spent budget sets (slot.py)
+from loopwright.registry.limits import SPENT, whose  # noqa: F401 - SPENT: the control a spent budget sets (slot.py)
 
 OUT_OF_BUDGET = budget_exhausted("fleet_dollars")
 STOP_REASON = "fleet_dollars"  # the local loop's stop request: it ends STOPPED:fleet_dollars
@@ -49,13 +49,6 @@ def mean_cost(dollars, iterations) -> float:
     return money(dollars) / count if count > 0 else 0.0
 
 
-def _whose(scope: str) -> str:
-    if scope == FLEET:
-        return "the fleet's"
-    kind, _, name = scope.partition(":")
-    return f"{kind} {name}'s"
-
-
 def last_iteration(spent, caps, mean: float) -> str | None:
     """Why the iteration under way must be the loop's last: in one of its capped scopes,
     today's spend plus the loop's mean iteration cost would reach the cap. None while every
@@ -70,7 +63,7 @@ def last_iteration(spent, caps, mean: float) -> str | None:
         today = money(spent.get(scope))
         if today + mean >= cap:
             return (
-                f"{_whose(scope)} daily budget of ${cap:,.2f} would be spent by another iteration "
+                f"{whose(scope)} daily budget of ${cap:,.2f} would be spent by another iteration "
                 f"(${today:,.2f} spent today, about ${mean:,.2f} an iteration): "
                 "the iteration under way is the loop's last"
             )

@@ -128,7 +128,8 @@ def _money(dollars: float) -> str:
     return f"${dollars:,.2f}"
 
 
-def _whose(scope: str) -> str:
+def whose(scope: str) -> str:
+    """Whose budget a scope is, in a sentence: the fleet's, account a's, tag t's."""
     if scope == FLEET:
         return "the fleet's"
     kind, _, name = scope.partition(":")
@@ -136,7 +137,7 @@ def _whose(scope: str) -> str:
 
 
 def over_reason(scope: str, cap: float, spent: float, day: str) -> str:
-    return f"{_whose(scope)} daily budget of {_money(cap)} is spent ({_money(spent)} on {day} UTC)"
+    return f"{whose(scope)} daily budget of {_money(cap)} is spent ({_money(spent)} on {day} UTC)"
 
 
 class ClaimGate:
