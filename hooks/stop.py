@@ -1,87 +1,117 @@
-"""Stop hook: hand the event to loopwright's router (see lib/loopwright/events/entry.py)."""
+"""Stop hook: ask the resident Stop server, else answer here (hooks/stop_local.py).
+
+The server (lib/loopwright/events/resident.py) has the package imported already, so an
+owner's Stop it answers costs an interpreter start and one round trip. It is asked only
+through a socket in this user's private bytecode cache; whatever goes wrong before it has
+taken the event (none running, one for another plugin copy, edited code) leaves the event
+to this process, untouched. This file is parsed at every Stop: it stays small and imports
+nothing but built-in modules until it knows it must answer itself.
+"""
 
 import gc
 
 gc.disable()  # a process of a few milliseconds: collecting would only walk the modules it loads
 
-import atexit  # noqa: E402
-import marshal  # noqa: E402
-import os  # noqa: E402
-import stat  # noqa: E402
+import posix  # noqa: E402  (not os: importing os costs a tenth of an interpreter start)
 import sys  # noqa: E402
 
-EXIT = [1]  # what a Stop that raised exits with; the answer's code once there is one
+HOOKS = __file__.rpartition("/")[0] or "."
+if not HOOKS.startswith("/"):
+    HOOKS = posix.getcwd() + "/" + HOOKS
 
 
-def _leave() -> None:
-    """Exit without the interpreter's teardown (~2.5 ms of freeing what the process loses
-    anyway), after every other exit handler: the answer is flushed first, and state files
-    are written with os.write, never through a buffer."""
+def _private_dir(path: bytes, mask: int) -> bool:
+    """Whether ``path`` is a directory (not a link) of this user's with none of ``mask``'s
+    mode bits: the checks state/bytecode.py's cache_dir makes, asked again here because
+    the socket is believed only where the bytecode would be."""
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(EXIT[0])
-
-
-# A copy of lib/loopwright/state/bytecode.py's (tests/events/test_bytecode.py keeps them equal):
-# the cache is chosen before anything of the package is read, so a Stop never compiles it.
-def cache_dir(environ=os.environ):
-    """The bytecode cache of the plugin data directory named by the environment
-    (CLAUDE_PLUGIN_DATA in hooks, LOOPWRIGHT_DATA in the agent's shell), made when
-    missing; None when there is none this process may trust."""
-    data = environ.get("CLAUDE_PLUGIN_DATA") or environ.get("LOOPWRIGHT_DATA")
-    if not data or not os.path.isabs(data) or "\0" in data:
-        return None
-    data = os.path.normpath(data)
-    project = environ.get("CLAUDE_PROJECT_DIR")
-    if project and (data + os.sep).startswith(os.path.normpath(project) + os.sep):
-        return None  # a project's files are data, never code
-    me = os.geteuid()
-    try:
-        top = os.stat(data)
-        if not stat.S_ISDIR(top.st_mode) or top.st_uid != me or top.st_mode & 0o022:
-            return None
-        path = os.path.join(data, "pycache")
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            os.mkdir(path, 0o700)  # the first process of a data directory the bootstrap never filled
-            st = os.lstat(path)
+        st = posix.lstat(path)
     except (OSError, ValueError):
+        return False
+    return st.st_mode & 0o170000 == 0o040000 and st.st_uid == posix.geteuid() and not st.st_mode & mask
+
+
+def _cache() -> bytes | None:
+    """The private bytecode cache where the server's socket would be."""
+    env = posix.environ
+    if env.get(b"LOOPWRIGHT_RESIDENT") == b"0":
         return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != me or st.st_mode & 0o077:
+    data = env.get(b"CLAUDE_PLUGIN_DATA") or env.get(b"LOOPWRIGHT_DATA")
+    if not data or not data.startswith(b"/") or data.endswith(b"/") or b"//" in data:
+        return None  # only a plain absolute path (cache_dir would normalise the rest)
+    if b"/./" in data + b"/" or b"/../" in data + b"/":
         return None
-    return path
+    project = env.get(b"CLAUDE_PROJECT_DIR")
+    if project and (data + b"/").startswith(project.rstrip(b"/") + b"/"):
+        return None  # a project's files are data, never code
+    if not (_private_dir(data, 0o022) and _private_dir(data + b"/pycache", 0o077)):
+        return None
+    return data + b"/pycache"
 
 
-def boot(cache, lib) -> None:
-    """Hand the package's imports to the cache's code archive (lib/loopwright/state/
-    codearchive.py, whose own code comes first in it), when it is one to trust."""
-    try:
-        fd = os.open(os.path.join(cache, "loopwright.code"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except (OSError, TypeError):
+def _connect(sock, cache: bytes) -> None:
+    """Connect to the server's socket in ``cache``; from within it when its full path would
+    not fit in a socket address (104 to 108 bytes)."""
+    if len(cache) < 90:
+        sock.connect(cache + b"/stop.sock")
         return
+    here = posix.open(".", posix.O_RDONLY)
     try:
-        st, head = os.fstat(fd), os.pread(fd, 12, 0)
-        mine = stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
-        if not mine or head[:4] != sys.modules["_frozen_importlib_external"].MAGIC_NUMBER:
-            raise ValueError("not an archive of this user's for this interpreter")
-        size = int.from_bytes(head[4:], "little")
-        archive = type(sys)("loopwright.state.codearchive")
-        exec(marshal.loads(os.pread(fd, size, 12)), archive.__dict__)
-    except (OSError, ValueError, EOFError, TypeError):
-        os.close(fd)
-        return
-    archive.serve(fd, 12 + size, lib, preload=True)  # one thread here: no import locks needed
+        posix.chdir(cache)
+        sock.connect(b"stop.sock")
+    finally:
+        posix.fchdir(here)
+        posix.close(here)
 
 
-atexit.register(_leave)
-sys.pycache_prefix = cache_dir()  # None: bytecode beside the sources, as Python does by default
-LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")
-boot(sys.pycache_prefix, LIB)  # a module the archive does not hold is found on the path
-sys.path.insert(0, LIB)
-from loopwright.events.entry import stop  # noqa: E402
+def _request() -> bytes:
+    """What the server needs to be this process: who, which interpreter and plugin, the
+    umask, the working directory and the environment (NUL-separated)."""
+    mask = posix.umask(0o022)
+    posix.umask(mask)
+    env = [k + b"=" + v for k, v in posix.environ.items()]
+    head = [b"LW1", b"%d" % posix.getpid(), b"%d" % mask, sys.executable.encode(), HOOKS.encode()]
+    body = b"\0".join([*head, posix.getcwdb(), *env])
+    return len(body).to_bytes(4, "little") + body
 
-EXIT[0] = stop()
-sys.exit(EXIT[0])
+
+def ask_server():
+    """The exit code the server answered with; "absent" when none listens, "declined" when
+    the one listening leaves this event to us, None when it is not to be asked."""
+    cache = _cache()
+    if cache is None:
+        return None
+    import _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock.settimeout(2.0)
+    try:
+        _connect(sock, cache)
+    except OSError:
+        return "absent"
+    try:
+        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
+        sock.sendmsg([_request()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+        if sock.recv(1) != b"A":
+            return "declined"
+        sock.sendall(b"G")  # from here the event is the server's: never answered twice
+    except OSError:
+        return "declined"
+    sock.settimeout(None)  # a Stop may wait seconds for a late transcript write
+    try:
+        done = sock.recv(2)
+    except OSError:
+        done = b""
+    if len(done) == 2 and done[:1] == b"R":
+        return done[1]
+    sys.stderr.write("loopwright: the resident Stop server ended without an answer; the session may stop.\n")
+    return 1
+
+
+SERVER = ask_server()
+if isinstance(SERVER, int):
+    sys.stdout.flush()
+    posix._exit(SERVER)
+LOCAL = HOOKS + "/stop_local.py"
+with open(LOCAL, "rb") as _fh:
+    exec(compile(_fh.read(), LOCAL, "exec"), {"__name__": "__main__", "__file__": LOCAL, "SERVER": SERVER})

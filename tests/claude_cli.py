@@ -49,6 +49,7 @@ CACHE_DIR = Path(os.environ.get("LOOPWRIGHT_CLAUDE_CACHE") or Path.home() / ".ca
 # Variables copied from the calling environment; everything else (notably
 # any CLAUDE*/ANTHROPIC* variable of an enclosing Claude Code session) is not.
 _INHERITED_ENV = (
+    "LOOPWRIGHT_RESIDENT_IDLE",  # how long the resident Stop server waits (tests/conftest.py)
     "PATH",
     "LANG",
     "LC_ALL",

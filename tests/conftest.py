@@ -33,6 +33,12 @@ from pgcluster import pg_cluster, pg_url, pytest_collection_modifyitems, registr
 KEY_HOME = tempfile.mkdtemp(prefix="lw-test-config-")
 os.environ["XDG_CONFIG_HOME"] = KEY_HOME
 
+# Every test's plugin data directory gets its own resident Stop server once a loop's Stop
+# has run there (lib/loopwright/events/resident.py): let each go 20 s after its last Stop
+# rather than the 10 minutes a user's waits, so a run leaves no crowd of them behind.
+RESIDENT_IDLE = "20"
+os.environ["LOOPWRIGHT_RESIDENT_IDLE"] = RESIDENT_IDLE
+
 # No example database in the checkout: it may be added as a marketplace, copied whole.
 settings.register_profile("loopwright", database=None)
 settings.load_profile("loopwright")
@@ -105,6 +111,7 @@ def lw_env(**extra: str) -> dict[str, str]:
     # Hand-made Stop events name transcripts that never get their turn's message: no
     # waiting for it (tests of the wait set their own limit).
     env["LOOPWRIGHT_CATCH_UP_SECONDS"] = "0"
+    env["LOOPWRIGHT_RESIDENT_IDLE"] = RESIDENT_IDLE
     env.update(extra)
     return env
 

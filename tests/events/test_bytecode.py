@@ -168,10 +168,10 @@ def test_a_data_directory_the_bootstrap_never_filled_gets_a_private_cache(loopin
 
 
 def test_the_stop_hook_chooses_the_cache_as_every_other_launcher_does():
-    """hooks/stop.py holds a copy of the check (nothing of the package is read before it)."""
+    """hooks/stop_local.py holds a copy of the check (nothing of the package is read before it)."""
     from loopwright.state import bytecode
 
-    assert inspect.getsource(bytecode.cache_dir) in (REPO / "hooks" / "stop.py").read_text()
+    assert inspect.getsource(bytecode.cache_dir) in (REPO / "hooks" / "stop_local.py").read_text()
 
 
 def test_the_bootstrap_rebuilds_the_cache_only_when_the_plugin_changed(installed, tmp_path):

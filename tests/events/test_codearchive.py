@@ -292,14 +292,15 @@ def test_a_cycle_stops_the_walk_where_it_closes():
     assert orders == {"x": ("y",), "y": ("x",)}
 
 
-# Boot as hooks/stop.py does (its own boot(): the archive served with preload), then import each
-# module named; print the loader of each (argv: hooks/stop.py, lib, cache, module...).
+# Boot as hooks/stop_local.py does (its own boot(): the archive served with preload), then import each
+# module named; print the loader of each (argv: hooks/stop_local.py, lib, cache, module...).
 PRELOAD_PROBE = r"""
 import importlib, json, sys
 stop, lib, cache, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-head = open(stop).read().split("atexit.register(_leave)")[0]
-exec(compile(head, stop, "exec"))
-boot(cache, lib)
+head = open(stop).read().split("# --- the launch")[0]
+launcher = {"__file__": stop, "__name__": "probe"}
+exec(compile(head, stop, "exec"), launcher)
+launcher["boot"](cache, lib)
 sys.path.insert(0, lib)
 print(json.dumps({n: type(importlib.import_module(n).__spec__.loader).__name__ for n in names}))
 """
@@ -317,7 +318,7 @@ def test_preloading_imports_every_mode_whose_package_imports_its_own_modules(tmp
     names = [f"loopwright.modes.{m}" for m in modes.names()]
     assert "loopwright.modes.work" in names
     for name in names:  # each in a process of its own: the first import of its package
-        argv = [sys.executable, "-I", "-S", "-B", "-c", PRELOAD_PROBE, str(REPO / "hooks" / "stop.py")]
+        argv = [sys.executable, "-I", "-S", "-B", "-c", PRELOAD_PROBE, str(REPO / "hooks" / "stop_local.py")]
         out = subprocess.run([*argv, str(lib), str(cache), name], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout) == {name: "ArchiveFinder"}

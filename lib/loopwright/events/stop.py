@@ -23,6 +23,10 @@ from loopwright.state.fspath import Path
 from loopwright.state.project import state_dir
 from loopwright.tick import commit, notices
 
+# Whether this process ticked a loop its session owns: hooks/stop_local.py then starts the
+# resident Stop server (events/resident.py) for the loop's next Stops.
+OWNER_SEEN = False
+
 # --- finding the session's loop -------------------------------------------------
 
 
@@ -121,6 +125,8 @@ def handle(raw: bytes) -> dict | None:
     if paths is None:
         debug(state, f"session {hook.session_id}: no loop; pass through")
         return {"systemMessage": " ".join(notes)} if notes else None
+    global OWNER_SEEN
+    OWNER_SEEN = True
     try:
         with loops.loop_mutex(paths):
             answer, decision = _tick(paths, hook, now, notes)

@@ -15,6 +15,9 @@ import os
 from loopwright.core.clock import now_iso, parse_iso  # noqa: F401  (the lock's timestamps; callers use them here)
 
 STALE_AFTER_SECONDS = 300.0
+# The hook process whose ancestors hold the Claude Code process: this one, unless the
+# resident Stop server (events/resident.py) answers for a launcher, which names itself here.
+HOOK_PID: int | None = None
 
 ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
 
@@ -107,7 +110,7 @@ def claude_process() -> tuple[int | None, float | None]:
         except Exception:
             return int(override), None
     try:
-        me = psutil.Process(os.getpid())
+        me = psutil.Process(HOOK_PID or os.getpid())
         chain = me.parents()
     except Exception:
         return None, None

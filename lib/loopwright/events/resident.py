@@ -1,0 +1,350 @@
+"""The resident Stop server: an owner's Stop answered without starting the package again.
+
+An owning session's Stop used to cost an interpreter start, the imports of the ~45 modules
+of its path and the tick itself; the imports were a third of it. After the first Stop of an
+active loop answered in the hook's own process, that process starts this server for its
+plugin data directory (:func:`start`). Later Stops' launchers (hooks/stop.py) connect to its
+socket, ``<data>/pycache/stop.sock``, and hand over their standard input, output and error
+with their process id, umask, working directory and environment. A child forked ahead of
+time, with every module of the Stop's path imported, takes the connection, becomes that
+Stop (those descriptors, that environment and directory) and runs the same
+``events.entry.stop`` the hook would; each Stop gets a fresh fork, so nothing of one Stop
+is left for the next.
+
+Safety:
+- The socket is made in the bytecode cache, a directory only this user can enter (the
+  launcher asks so before it connects, as state/bytecode.py does before it reads code),
+  and the server refuses a peer of another user where the system names it (Linux).
+- The event is the server's only once the child said it took it and the launcher said go:
+  whatever fails before that (no server, a server for another copy of the plugin or another
+  interpreter, code edited since the server started, a deleted working directory) leaves
+  the event to the launcher, which answers it itself. So no Stop is answered twice.
+- The server never runs stale code: a child that finds a source of its imported modules
+  changed declines, and the server stops.
+- It costs nothing when no loop is active: it exits after ``LOOPWRIGHT_RESIDENT_IDLE``
+  seconds (600) with no Stop, when its socket is removed or replaced, or when its parent
+  process is gone; ``LOOPWRIGHT_RESIDENT=0`` keeps it from being started or asked.
+"""
+
+from __future__ import annotations
+
+import _signal as signal  # not signal.py: it imports enum, a tenth of a Python start
+import _socket
+import fcntl
+import os
+import sys
+import time
+
+SOCKET, LOCK = "stop.sock", "stop.lock"
+IDLE_ENV, DEFAULT_IDLE = "LOOPWRIGHT_RESIDENT_IDLE", 600.0
+SLICE = 1.0  # how often a waiting child looks at the clock, its socket and its parent
+MAX_REQUEST = 1 << 20
+BUSY_MS = 50  # how long the next child waits for the current one to finish its Stop
+_WARM = ("loopwright.events.stop", "loopwright.modes.prompt", "loopwright.core.termsafe")
+
+
+def serve(cache: str | None, hooks: str) -> int:
+    """Serve Stops for the plugin whose launchers are in ``hooks`` until idle; 0 when another
+    server holds the cache already."""
+    if cache is None:
+        return 0
+    held = _hold(os.path.join(cache, LOCK))
+    if held is None:
+        return 0
+    for name in _WARM:
+        __import__(name)
+    server = Server(cache, hooks, held)
+    server.run()
+    return 0
+
+
+def _hold(path: str) -> int | None:
+    """The lock that makes one server per cache, held; None when another has it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _idle_seconds() -> float:
+    try:
+        idle = float(os.environ.get(IDLE_ENV, DEFAULT_IDLE))
+    except ValueError:
+        return DEFAULT_IDLE
+    return idle if idle > 0 else DEFAULT_IDLE
+
+
+class Server:
+    """The listening socket and the fork that waits on it."""
+
+    def __init__(self, cache: str, hooks: str, held: int) -> None:
+        self.path, self.held = os.path.join(cache, SOCKET), held
+        self.hooks_given, self.hooks = os.fsencode(hooks), os.path.realpath(hooks)
+        self.idle = _idle_seconds()
+        self.sources = _sources()
+        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            os.unlink(self.path)  # a dead server's: the lock says none is alive
+        except FileNotFoundError:
+            pass
+        os.chdir(cache)  # bound by its name here: a full path may not fit in a socket address
+        old = os.umask(0o177)
+        try:
+            self.sock.bind(SOCKET)
+        finally:
+            os.umask(old)
+        self.sock.listen(64)
+        self.ident = _ident(self.path)
+        self.parent = os.getpid()
+
+    def run(self) -> None:
+        """Keep one child waiting for a Stop; fork the next once it has one."""
+        import gc
+        import select
+
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reap themselves
+        gc.freeze()  # the imported modules stay where they are: a fork copies fewer pages
+        last = time.monotonic()
+        try:
+            while True:
+                read, write = os.pipe()
+                if os.fork() == 0:
+                    os.close(read)
+                    self._child(write, last)
+                os.close(write)
+                said = os.read(read, 1)
+                if said == b"A":
+                    # Fork the next child once this one is done (its end of the pipe closes),
+                    # or after BUSY_MS when it takes long: not beside a Stop on a busy CPU.
+                    waiting = select.poll()
+                    waiting.register(read, select.POLLIN)
+                    waiting.poll(BUSY_MS)
+                os.close(read)
+                if said != b"A":
+                    return  # idle, replaced or stale: the child said so (or died)
+                last = time.monotonic()
+        finally:
+            if _ident(self.path) == self.ident:
+                _unlink(self.path)
+
+    def _child(self, tell: int, last: float) -> None:
+        os.close(self.held)
+        code = 0
+        try:
+            self._wait(tell, last)
+        except BaseException:
+            code = 1
+        os._exit(code)  # closes ``tell``: the server forks the next child
+
+    def _wait(self, tell: int, last: float) -> None:
+        self.sock.settimeout(SLICE)
+        touched = False
+        while True:
+            if not self._worth_waiting(last):
+                os.write(tell, b"Q")
+                return
+            if not touched:
+                _touch()
+                touched = True
+            try:
+                fd, _ = self.sock._accept()
+                break
+            except TimeoutError:
+                continue
+        os.write(tell, b"A")
+        self.sock.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a Stop's own subprocesses are waited for
+        _answer(fd, self)
+
+    def _worth_waiting(self, last: float) -> bool:
+        return (
+            time.monotonic() - last < self.idle
+            and os.getppid() == self.parent
+            and _ident(self.path) == self.ident
+            and not self.stale()
+        )
+
+    def stale(self) -> bool:
+        """Whether a module this server imported was edited since (then it must not answer)."""
+        return _sources() != self.sources
+
+    def retire(self) -> None:
+        """Stop the server for good (from a child that found it stale)."""
+        if _ident(self.path) == self.ident:
+            _unlink(self.path)
+        try:
+            os.kill(self.parent, signal.SIGTERM)
+        except OSError:
+            pass
+
+
+def _touch() -> None:
+    """Copy this fork's pages of Python objects now, while no Stop waits: a fork shares its
+    parent's memory until written, and a Stop writes (reference counts) to pages all over it,
+    a fault and a copy each (about a fifth of its time, measured). Listing every object the
+    collector knows takes a reference to each."""
+    import gc
+
+    gc.unfreeze()
+    everything = gc.get_objects()
+    del everything
+    gc.freeze()
+
+
+def _sources() -> dict:
+    """Each imported module of the package: its source's size and modification time."""
+    seen = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) if name.startswith("loopwright") else None
+        if path:
+            try:
+                st = os.stat(path)
+                seen[path] = (st.st_mtime_ns, st.st_size)
+            except OSError:
+                seen[path] = None
+    return seen
+
+
+def _ident(path: str):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# --- one Stop, in the child that took it ----------------------------------------------
+
+
+def _answer(fd: int, server: Server) -> None:
+    """Take the launcher's event and answer it, or decline it untouched."""
+    conn = _socket.socket(fileno=fd)
+    conn.setblocking(True)
+    conn.settimeout(2.0)  # a launcher that says nothing more is left to itself
+    request = _receive(conn)
+    if request is None:
+        return
+    fds, fields = request
+    try:
+        if not _mine(fields, server):
+            conn.sendall(b"N")
+            server.retire()  # another copy of the plugin or another Python: its own server takes over
+            return
+        _become(fds, fields)
+        conn.sendall(b"A")
+        if conn.recv(1) != b"G":
+            return
+    finally:
+        for extra in fds:
+            os.close(extra)
+    code = _run(int(fields[1]))
+    conn.sendall(b"R" + bytes([code & 0xFF]))
+
+
+def _receive(conn):
+    """(the three descriptors, the request's fields), or None for anything else."""
+    try:
+        if hasattr(_socket, "SO_PEERCRED"):
+            cred = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+            if int.from_bytes(cred[4:8], sys.byteorder) != os.geteuid():
+                return None
+        data, ancillary, flags, _ = conn.recvmsg(1 << 16, _socket.CMSG_SPACE(3 * 4))
+    except OSError:
+        return None
+    fds = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % 4
+            fds += [int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, usable, 4)]
+    body = _rest(conn, data) if len(fds) == 3 and not flags & _socket.MSG_CTRUNC else None
+    fields = body.split(b"\0") if body is not None else []
+    if len(fields) < 6 or fields[0] != b"LW1" or not (fields[1].isdigit() and fields[2].isdigit()):
+        for extra in fds:
+            os.close(extra)
+        return None
+    return fds, fields
+
+
+def _rest(conn, data: bytes) -> bytes | None:
+    """The request's body, whose length the first four bytes give."""
+    if len(data) < 4:
+        return None
+    size = int.from_bytes(data[:4], "little")
+    if size > MAX_REQUEST:
+        return None
+    parts, have = [data[4:]], len(data) - 4
+    try:
+        while have < size:
+            more = conn.recv(min(size - have, 1 << 16))
+            if not more:
+                return None
+            parts.append(more)
+            have += len(more)
+    except OSError:
+        return None
+    body = b"".join(parts)
+    return body if len(body) == size else None
+
+
+def _mine(fields: list, server: Server) -> bool:
+    """Whether the launcher runs this interpreter and this copy of the plugin."""
+    if fields[3] != os.fsencode(sys.executable):
+        return False
+    if fields[4] == server.hooks_given:
+        return True
+    try:
+        return os.path.realpath(os.fsdecode(fields[4])) == server.hooks
+    except (OSError, ValueError):
+        return False
+
+
+def _become(fds: list, fields: list) -> None:
+    """This process takes the launcher's place: its umask, working directory, environment
+    and standard streams (raises OSError before anything is changed for a gone directory)."""
+    os.chdir(fields[5])
+    os.umask(int(fields[2]) & 0o777)
+    wanted = dict(item.partition(b"=")[::2] for item in fields[6:] if b"=" in item)
+    env = os.environb
+    for key in [k for k in env if k not in wanted]:
+        del env[key]
+    for key, value in wanted.items():
+        if env.get(key) != value:
+            env[key] = value
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+
+
+def _run(pid: int) -> int:
+    """The Stop, as hooks/stop_local.py runs it; the exit code."""
+    from loopwright.events.entry import stop
+    from loopwright.state import lock
+
+    lock.HOOK_PID = pid  # the lock names the Claude Code process above the launcher, not us
+    try:
+        code = stop()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        pass
+    return code

@@ -1,0 +1,304 @@
+"""The resident Stop server (lib/loopwright/events/resident.py) through the real launcher.
+
+Which process answered a Stop is read from what it imported (`python -X importtime`, through
+a LOOPWRIGHT_PYTHON wrapper): a Stop the server answers imports nothing of loopwright's in the
+hook's own process. Every wait here is for a condition, with a bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REPO, lw_env
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_bytecode import copy_plugin  # noqa: E402
+
+from waiting import wait_for  # noqa: E402
+
+
+def in_dir(path: Path, call):
+    """``call(name)`` from within ``path``'s folder: a socket address holds ~105 bytes at most,
+    less than these temporary paths (the launcher and the server do the same)."""
+    here = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        return call(path.name)
+    finally:
+        os.chdir(here)
+
+
+def servers_for(data: Path) -> list[int]:
+    """The resident servers started for ``data`` (by the environment they were started with:
+    a hook starts one before it exits, so its absence right after a Stop is certain)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "--serve" in (proc.info["cmdline"] or []) and proc.environ().get("CLAUDE_PLUGIN_DATA") == str(
+                data
+            ):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A plugin data directory with its private bytecode cache; its server, if any, is
+    stopped afterwards (a server whose socket is gone leaves within a second)."""
+    path = tmp_path / "data"
+    path.mkdir(mode=0o755)
+    (path / "pycache").mkdir(mode=0o700)
+    yield path
+    (path / "pycache" / "stop.sock").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def looping(project):
+    start = [str(REPO / "bin" / "loopwright"), "-C", str(project), "start", "--session", "S1"]
+    out = subprocess.run(
+        [*start, "--max-iterations", "50", "goal"], capture_output=True, text=True, env=lw_env(), timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return project
+
+
+class Hook:
+    """Stops of session S1 through ``plugin``'s launcher, each recording what its own
+    Python process imported."""
+
+    def __init__(self, plugin: Path, project: Path, data: Path, tmp_path: Path) -> None:
+        self.plugin, self.project, self.data, self.n = plugin, project, data, 0
+        self.traces = tmp_path / "traces"
+        self.traces.mkdir(exist_ok=True)
+        self.wrapper = tmp_path / "python-traced"
+        self.wrapper.write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" -X importtime "$@" 2>>"{self.traces}/$$.log"\n'
+        )
+        self.wrapper.chmod(0o755)
+
+    def stop(self, **env: str) -> tuple[dict | None, set[str]]:
+        """One Stop: its answer and the loopwright modules its process imported."""
+        self.n += 1
+        before = set(self.traces.iterdir())
+        event = {
+            "session_id": "S1",
+            "transcript_path": str(self.project / "none.jsonl"),
+            "cwd": str(self.project),
+            "stop_hook_active": True,
+            "last_assistant_message": f"turn {self.n}",
+        }
+        base = {
+            "CLAUDE_PROJECT_DIR": str(self.project),
+            "CLAUDE_PLUGIN_DATA": str(self.data),
+            "LOOPWRIGHT_PYTHON": str(self.wrapper),
+        }
+        out = subprocess.run(
+            [str(self.plugin / "hooks" / "stop")],
+            input=json.dumps(event),
+            capture_output=True,
+            text=True,
+            env=lw_env(**base, **env),
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        imported = set()
+        for log in set(self.traces.iterdir()) - before:
+            for line in log.read_text().splitlines():
+                name = line.rsplit("|", 1)[-1].strip()
+                if line.startswith("import time:") and name.startswith("loopwright"):
+                    imported.add(name)
+        return (json.loads(out.stdout) if out.stdout.strip() else None), imported
+
+    @property
+    def socket(self) -> Path:
+        return self.data / "pycache" / "stop.sock"
+
+    def served(self) -> bool:
+        """Whether a server listens (a connection is taken and closed at once)."""
+        if not self.socket.exists():
+            return False
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                in_dir(self.socket, probe.connect)
+            except OSError:
+                return False
+        return True
+
+
+def iteration(project: Path) -> int:
+    progress = project / ".loopwright" / "loops" / "prompt" / "progress.json"
+    return json.loads(progress.read_text())["iteration"]
+
+
+def test_after_the_first_stop_the_server_answers_and_the_loop_goes_on_the_same(looping, data, tmp_path):
+    hook = Hook(REPO, looping, data, tmp_path)
+    answer, imported = hook.stop()
+    assert answer["decision"] == "block"
+    assert "loopwright.events.stop" in imported  # the first Stop: answered in its own process
+    assert servers_for(data)  # started before that Stop's process ended
+    wait_for(hook.served, "the server the first Stop started")
+    for n in range(3):
+        answer, imported = hook.stop()
+        assert answer["decision"] == "block", answer
+        assert imported == set(), sorted(imported)  # answered by the server
+        assert f"iteration {n + 3} of 50" in answer["reason"]
+    assert iteration(looping) == 4
+    history = looping / ".loopwright" / "loops" / "prompt" / "history.jsonl"
+    assert len(history.read_text().splitlines()) == 4
+
+
+def test_without_a_loop_of_its_own_no_server_is_started(project, data, tmp_path):
+    junk = project / ".loopwright" / "active"
+    junk.mkdir(parents=True)
+    (junk / "junk").touch()  # Python decides this Stop, but no loop of the session's is ticked
+    hook = Hook(REPO, project, data, tmp_path)
+    assert hook.stop()[0] is None
+    assert servers_for(data) == []
+
+
+def test_loopwright_resident_0_keeps_it_off(looping, data, tmp_path):
+    hook = Hook(REPO, looping, data, tmp_path)
+    for _ in range(2):
+        answer, imported = hook.stop(LOOPWRIGHT_RESIDENT="0")
+        assert answer["decision"] == "block" and "loopwright.events.stop" in imported
+    assert servers_for(data) == []
+
+
+def test_an_edited_module_retires_the_server(looping, data, tmp_path):
+    plugin = copy_plugin(tmp_path / "plugin", blocked=False)
+    hook = Hook(plugin, looping, data, tmp_path)
+    hook.stop()
+    wait_for(hook.served, "the server")
+    router = plugin / "lib" / "loopwright" / "core" / "router.py"
+    router.write_text(router.read_text() + "\n# edited\n")
+    wait_for(lambda: not hook.socket.exists(), "the server to notice the edit and leave", within=30)
+    answer, imported = hook.stop()
+    assert answer["decision"] == "block" and "loopwright.core.router" in imported
+
+
+def test_a_server_goes_when_idle(looping, data, tmp_path):
+    hook = Hook(REPO, looping, data, tmp_path)
+    hook.stop(LOOPWRIGHT_RESIDENT_IDLE="1")
+    wait_for(hook.served, "the server")
+    wait_for(lambda: not hook.socket.exists(), "an idle server to leave", within=30)
+
+
+def test_another_copy_of_the_plugin_is_declined_and_answered_in_its_own_process(looping, data, tmp_path):
+    first = Hook(REPO, looping, data, tmp_path)
+    first.stop()
+    wait_for(first.served, "the first copy's server")
+    other = Hook(copy_plugin(tmp_path / "other", blocked=False), looping, data, tmp_path)
+    answer, imported = other.stop()
+    assert answer["decision"] == "block" and "loopwright.events.stop" in imported
+    assert iteration(looping) == 2
+    # The old server made way; the other copy's Stop started its own, which answers next.
+    wait_for(other.served, "the other copy's server")
+    answer, imported = other.stop()
+    assert answer["decision"] == "block" and imported == set()
+
+
+# --- the launcher's side, against a socket this test serves ----------------------------
+
+
+class FakeServer:
+    """Listens where the launcher looks and plays one part of the exchange."""
+
+    def __init__(self, path: Path, script) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        in_dir(path, self.sock.bind)
+        self.sock.listen(4)
+        self.script, self.connections = script, 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                try:
+                    self.script(conn, fds)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+
+    def close(self):
+        self.sock.close()
+
+
+def _declines(conn, fds):
+    conn.sendall(b"N")
+
+
+def _dies_after_go(conn, fds):
+    conn.sendall(b"A")
+    assert conn.recv(1) == b"G"
+
+
+def test_a_declined_event_is_answered_by_the_launcher(looping, data, tmp_path):
+    fake = FakeServer(data / "pycache" / "stop.sock", _declines)
+    try:
+        answer, imported = Hook(REPO, looping, data, tmp_path).stop()
+    finally:
+        fake.close()
+    assert fake.connections == 1
+    assert answer["decision"] == "block" and "loopwright.events.stop" in imported
+
+
+def test_a_server_lost_after_go_is_never_answered_twice(looping, data, tmp_path):
+    fake = FakeServer(data / "pycache" / "stop.sock", _dies_after_go)
+    event = {"session_id": "S1", "transcript_path": str(looping / "none.jsonl"), "cwd": str(looping)}
+    env = lw_env(CLAUDE_PROJECT_DIR=str(looping), CLAUDE_PLUGIN_DATA=str(data))
+    try:
+        out = subprocess.run(
+            [str(REPO / "hooks" / "stop")], input=json.dumps(event), capture_output=True, text=True, env=env
+        )
+    finally:
+        fake.close()
+    assert out.returncode == 1 and out.stdout == ""
+    assert "resident Stop server ended without an answer" in out.stderr
+    history = looping / ".loopwright" / "loops" / "prompt" / "history.jsonl"
+    assert history.read_text() == ""  # the launcher did not tick the loop itself
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o705])
+def test_a_socket_in_a_cache_others_can_enter_is_never_asked(looping, data, tmp_path, mode):
+    fake = FakeServer(data / "pycache" / "stop.sock", _declines)
+    (data / "pycache").chmod(mode)
+    try:
+        answer, imported = Hook(REPO, looping, data, tmp_path).stop()
+    finally:
+        fake.close()
+        (data / "pycache").chmod(0o700)
+    assert fake.connections == 0
+    assert answer["decision"] == "block" and "loopwright.events.stop" in imported
+
+
+def test_the_server_leaves_nothing_of_one_stop_to_the_next(looping, data, tmp_path):
+    """Each Stop has its own environment: a variable the server was started with, and that a
+    Stop has not, is gone for that Stop (the debug log is written only with LOOPWRIGHT_DEBUG=1)."""
+    hook = Hook(REPO, looping, data, tmp_path)
+    log = looping / ".loopwright" / "debug.log"
+    hook.stop(LOOPWRIGHT_DEBUG="1")  # answered here; the server starts with this environment
+    wait_for(hook.served, "the server")
+    lines = len(log.read_text().splitlines())
+    _, imported = hook.stop()
+    assert imported == set()
+    assert len(log.read_text().splitlines()) == lines
+    _, imported = hook.stop(LOOPWRIGHT_DEBUG="1")
+    assert imported == set()
+    assert len(log.read_text().splitlines()) > lines
