@@ -152,9 +152,10 @@ def test_after_the_first_stop_the_server_answers_and_the_loop_goes_on_the_same(l
         assert answer["decision"] == "block", answer
         assert imported == set(), sorted(imported)  # answered by the server
         assert f"iteration {n + 3} of 50" in answer["reason"]
-    assert iteration(looping) == 4
+    # A continuing Stop is answered once committed; its history and progress follow at once.
     history = looping / ".loopwright" / "loops" / "prompt" / "history.jsonl"
-    assert len(history.read_text().splitlines()) == 4
+    wait_for(lambda: len(history.read_text().splitlines()) == 4, "the fourth Stop's history line")
+    wait_for(lambda: iteration(looping) == 4, "the fourth Stop's progress")
 
 
 def test_without_a_loop_of_its_own_no_server_is_started(project, data, tmp_path):
@@ -200,7 +201,7 @@ def test_another_copy_of_the_plugin_is_declined_and_answered_in_its_own_process(
     other = Hook(copy_plugin(tmp_path / "other", blocked=False), looping, data, tmp_path)
     answer, imported = other.stop()
     assert answer["decision"] == "block" and "loopwright.events.stop" in imported
-    assert iteration(looping) == 2
+    wait_for(lambda: iteration(looping) == 2, "the second Stop's progress")
     # The old server made way; the other copy's Stop started its own, which answers next.
     wait_for(other.served, "the other copy's server")
     answer, imported = other.stop()
@@ -290,15 +291,17 @@ def test_a_socket_in_a_cache_others_can_enter_is_never_asked(looping, data, tmp_
 
 def test_the_server_leaves_nothing_of_one_stop_to_the_next(looping, data, tmp_path):
     """Each Stop has its own environment: a variable the server was started with, and that a
-    Stop has not, is gone for that Stop (the debug log is written only with LOOPWRIGHT_DEBUG=1)."""
+    Stop has not, is gone for that Stop (the debug log is written only with LOOPWRIGHT_DEBUG=1,
+    a line per Stop naming the iteration it ended)."""
     hook = Hook(REPO, looping, data, tmp_path)
     log = looping / ".loopwright" / "debug.log"
     hook.stop(LOOPWRIGHT_DEBUG="1")  # answered here; the server starts with this environment
     wait_for(hook.served, "the server")
-    lines = len(log.read_text().splitlines())
-    _, imported = hook.stop()
-    assert imported == set()
-    assert len(log.read_text().splitlines()) == lines
-    _, imported = hook.stop(LOOPWRIGHT_DEBUG="1")
-    assert imported == set()
-    assert len(log.read_text().splitlines()) > lines
+    for debug in ({}, {"LOOPWRIGHT_DEBUG": "1"}):  # the variable absent, then set
+        _, imported = hook.stop(**debug)
+        assert imported == set()
+    # A continuing Stop writes its debug line after its answer: wait for the third one's. The
+    # second Stop's would have come before it (the loop's mutex orders their ticks).
+    wait_for(lambda: "iteration 3 ended" in log.read_text(), "the third Stop's debug line")
+    assert "iteration 1 ended" in log.read_text()
+    assert "iteration 2 ended" not in log.read_text()

@@ -40,7 +40,15 @@ IDLE_ENV, DEFAULT_IDLE = "LOOPWRIGHT_RESIDENT_IDLE", 600.0
 SLICE = 1.0  # how often a waiting child looks at the clock, its socket and its parent
 MAX_REQUEST = 1 << 20
 BUSY_MS = 50  # how long the next child waits for the current one to finish its Stop
-_WARM = ("loopwright.events.stop", "loopwright.modes.prompt", "loopwright.core.termsafe")
+# Imported before the first fork, so no Stop imports them: the Stop's path, and what a task
+# registry's Stop adds (its SQLite index).
+_WARM = (
+    "loopwright.events.stop",
+    "loopwright.core.termsafe",
+    "loopwright.state.taskindex",
+    "_sqlite3",
+    "zlib",
+)
 
 
 def serve(cache: str | None, hooks: str) -> int:
@@ -53,6 +61,10 @@ def serve(cache: str | None, hooks: str) -> int:
         return 0
     for name in _WARM:
         __import__(name)
+    from loopwright import modes
+
+    for name in modes.names():  # every mode: one server answers all of a user's loops
+        modes.get(name)
     server = Server(cache, hooks, held)
     server.run()
     return 0
@@ -250,8 +262,7 @@ def _answer(fd: int, server: Server) -> None:
     finally:
         for extra in fds:
             os.close(extra)
-    code = _run(int(fields[1]))
-    conn.sendall(b"R" + bytes([code & 0xFF]))
+    _run(int(fields[1]), conn)
 
 
 def _receive(conn):
@@ -327,12 +338,35 @@ def _become(fds: list, fields: list) -> None:
         os.dup2(fd, target)
 
 
-def _run(pid: int) -> int:
-    """The Stop, as hooks/stop_local.py runs it; the exit code."""
+def _run(pid: int, conn) -> None:
+    """The Stop, as hooks/stop_local.py runs it; its exit code goes to the launcher, as soon
+    as the answer is out (events/stop.py's RELEASE) or when the Stop is done."""
+    from loopwright.events import stop as hook
     from loopwright.events.entry import stop
     from loopwright.state import lock
 
     lock.HOOK_PID = pid  # the lock names the Claude Code process above the launcher, not us
+    released = []
+
+    def release(code: int = 0) -> None:
+        if released:
+            return
+        released.append(code)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):  # Claude Code reads the answer to its end: let go of the pipes
+            os.dup2(null, target)
+        os.close(null)
+        try:
+            conn.sendall(b"R" + bytes([code & 0xFF]))
+        except OSError:
+            pass  # the launcher is gone (killed): the tick is committed and goes on all the same
+
+    hook.RELEASE = release
     try:
         code = stop()
     except SystemExit as exc:
@@ -342,9 +376,4 @@ def _run(pid: int) -> int:
 
         traceback.print_exc()
         code = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:
-        pass
-    return code
+    release(code)

@@ -26,6 +26,12 @@ from loopwright.tick import commit, notices
 # Whether this process ticked a loop its session owns: hooks/stop_local.py then starts the
 # resident Stop server (events/resident.py) for the loop's next Stops.
 OWNER_SEEN = False
+# Set by the resident Stop server: lets the launcher go (its process ends, and Claude Code with
+# it goes on). A continuing tick is answered as soon as it is committed (budget.json); its
+# effects (commit.finish: safe to redo, and redone by the next Stop should this process die)
+# are written after, under the same mutex. In the hook's own process the answer waits for them.
+RELEASE = None
+_answered = [False]
 
 # --- finding the session's loop -------------------------------------------------
 
@@ -74,6 +80,7 @@ def apply(
     snap: router.Snapshot,
     decision: router.Decision,
     ledger: dict | None = None,
+    notes: tuple = (),
 ) -> dict:
     """Persist a decision and return the hook's JSON answer. Holds the loop mutex.
 
@@ -101,13 +108,28 @@ def apply(
     record = commit.tick_record(loop, decision, snap, entries, redactions)
     budget = dict(decision.budget, tick=record)
     store.write_json(paths.budget, budget)  # the commit point of this tick
+    if decision.action == router.CONTINUE and RELEASE is not None:
+        emit(noted(_continuing(decision), notes))
+        _answered[0] = True
+        RELEASE()
     summary = commit.finish(paths, loop, budget, ledger, redactions)
     notices.gates_waiting(paths, loop, snap.budget, decision.budget, redactions)  # gates asked first now
     if decision.action == router.STOP:
         return {"systemMessage": summary}
     if decision.action == router.PAUSE:
         return {"systemMessage": decision.system_message}
+    return _continuing(decision)
+
+
+def _continuing(decision: router.Decision) -> dict:
     return {"decision": "block", "reason": decision.prompt, "systemMessage": decision.system_message}
+
+
+def noted(answer: dict | None, notes) -> dict | None:
+    """The answer with the tick's notes for the user before its own message."""
+    if notes and answer is not None:
+        answer = dict(answer, systemMessage=" ".join([*notes, answer.get("systemMessage") or ""]).strip())
+    return answer
 
 
 def handle(raw: bytes) -> dict | None:
@@ -138,9 +160,7 @@ def handle(raw: bytes) -> dict | None:
             f"session {hook.session_id}: loop {paths.name}: {decision.action} {decision.outcome or ''} "
             f"({decision.reason})",
         )
-    if notes and answer is not None:
-        answer["systemMessage"] = " ".join([*notes, answer.get("systemMessage") or ""]).strip()
-    return answer
+    return noted(answer, notes)
 
 
 def _tick(paths: loops.LoopPaths, hook: HookInput, now: float, notes: list[str]):
@@ -171,7 +191,7 @@ def _tick(paths: loops.LoopPaths, hook: HookInput, now: float, notes: list[str])
     decision = router.decide(snap)
     if decision.action == router.STOP and snap.turn.lagging and os.environ.get(LATE_ENV) != "1":
         return _defer_final_tick(paths, hook, decision, now), decision
-    return apply(paths, loop, snap, decision, ledger), decision
+    return apply(paths, loop, snap, decision, ledger, tuple(notes)), decision
 
 
 def _defer_final_tick(paths: loops.LoopPaths, hook: HookInput, decision: router.Decision, now: float) -> dict:
@@ -290,10 +310,15 @@ def main_with(raw: bytes) -> int:
             "systemMessage": f"loopwright: internal error in the Stop hook ({type(exc).__name__}: {exc}); "
             "the session may stop. Run `loopwright doctor`."
         }
-    if answer:
-        sys.stdout.buffer.write(jsoncodec.dumps(safe_answer(answer)))
-        sys.stdout.flush()
+    if answer and not _answered[0]:
+        emit(answer)
     return 0
+
+
+def emit(answer: dict) -> None:
+    """Write the hook's answer for Claude Code."""
+    sys.stdout.buffer.write(jsoncodec.dumps(safe_answer(answer)))
+    sys.stdout.flush()
 
 
 def safe_answer(answer: dict) -> dict:
