@@ -95,7 +95,7 @@ def ask_server():
         if sock.recv(1) != b"A":
             return "declined"
         sock.sendall(b"G")  # from here the event is the server's: never answered twice
-    except OSError:
+    except Exception:  # anything before "go" leaves the event to this process
         return "declined"
     sock.settimeout(None)  # a Stop may wait seconds for a late transcript write
     try:

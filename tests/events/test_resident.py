@@ -305,3 +305,30 @@ def test_the_server_leaves_nothing_of_one_stop_to_the_next(looping, data, tmp_pa
     wait_for(lambda: "iteration 3 ended" in log.read_text(), "the third Stop's debug line")
     assert "iteration 1 ended" in log.read_text()
     assert "iteration 2 ended" not in log.read_text()
+
+
+# Stands in for Claude Code: a process named claude above the hook (state/lock.py looks for it).
+CLAUDE_STANDIN = r"""
+import json, os, subprocess, sys
+hook, event, env = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+out = subprocess.run([hook], input=event, capture_output=True, text=True, env=env)
+print(json.dumps({"pid": os.getpid(), "code": out.returncode, "stdout": out.stdout, "stderr": out.stderr}))
+"""
+
+
+def test_a_lock_taken_by_the_server_names_the_claude_code_process(looping, data, tmp_path):
+    hook = Hook(REPO, looping, data, tmp_path)
+    hook.stop()
+    wait_for(hook.served, "the server")
+    lock = looping / ".loopwright" / "loops" / "prompt" / "loop.lock"
+    lock.unlink()  # the next Stop takes the lock again: through the server, which is no child of Claude's
+    standin = tmp_path / "claude_standin.py"
+    standin.write_text(CLAUDE_STANDIN)
+    event = {"session_id": "S1", "transcript_path": str(looping / "none.jsonl"), "cwd": str(looping)}
+    env = lw_env(
+        CLAUDE_PROJECT_DIR=str(looping), CLAUDE_PLUGIN_DATA=str(data), LOOPWRIGHT_PYTHON=str(hook.wrapper)
+    )
+    argv = [sys.executable, str(standin), str(REPO / "hooks" / "stop"), json.dumps(event), json.dumps(env)]
+    ran = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout)
+    assert ran["code"] == 0 and json.loads(ran["stdout"])["decision"] == "block", ran
+    assert json.loads(lock.read_text())["pid"] == ran["pid"]

@@ -108,7 +108,9 @@ def apply(
     record = commit.tick_record(loop, decision, snap, entries, redactions)
     budget = dict(decision.budget, tick=record)
     store.write_json(paths.budget, budget)  # the commit point of this tick
-    if decision.action == router.CONTINUE and RELEASE is not None:
+    # Early only with the lock already ours: a lock taken now names the Claude Code process above
+    # the launcher, which must still be there to be found.
+    if decision.action == router.CONTINUE and RELEASE is not None and snap.lock_state == router.LOCK_OURS:
         emit(noted(_continuing(decision), notes))
         _answered[0] = True
         RELEASE()
