@@ -3,13 +3,14 @@
 An owning session's Stop used to cost an interpreter start, the imports of the ~45 modules
 of its path and the tick itself; the imports were a third of it. After the first Stop of an
 active loop answered in the hook's own process, that process starts this server for its
-plugin data directory (:func:`start`). Later Stops' launchers (hooks/stop.py) connect to its
-socket, ``<data>/pycache/stop.sock``, and hand over their standard input, output and error
-with their process id, umask, working directory and environment. A child forked ahead of
-time, with every module of the Stop's path imported, takes the connection, becomes that
-Stop (those descriptors, that environment and directory) and runs the same
-``events.entry.stop`` the hook would; each Stop gets a fresh fork, so nothing of one Stop
-is left for the next.
+plugin data directory (hooks/stop_local.py's start_server). Later Stops' launchers
+(hooks/stop.py) connect to its socket, ``<data>/pycache/stop.sock``, and hand over their
+standard input, output and error with their process id, umask, working directory and
+environment. A child forked ahead of time, with every module of the Stop's path imported,
+takes the connection, becomes that Stop (those descriptors, that environment and directory)
+and runs the same ``events.entry.stop`` the hook would; each Stop gets a fresh fork, so
+nothing of one Stop is left for the next. A continuing tick lets its launcher go once it is
+committed (events/stop.py's RELEASE) and writes its effects after.
 
 Safety:
 - The socket is made in the bytecode cache, a directory only this user can enter (the
@@ -17,11 +18,13 @@ Safety:
   and the server refuses a peer of another user where the system names it (Linux).
 - The event is the server's only once the child said it took it and the launcher said go:
   whatever fails before that (no server, a server for another copy of the plugin or another
-  interpreter, code edited since the server started, a deleted working directory) leaves
-  the event to the launcher, which answers it itself. So no Stop is answered twice.
-- The server never runs stale code: a child that finds a source of its imported modules
-  changed declines, and the server stops.
-- It costs nothing when no loop is active: it exits after ``LOOPWRIGHT_RESIDENT_IDLE``
+  interpreter, a deleted working directory) leaves the event to the launcher, which answers
+  it itself. So no Stop is answered twice.
+- The waiting child looks at the sources of the imported modules every second: one edited
+  or removed makes the server leave (a Stop that comes first is answered by the code the
+  server started with). A Stop of another copy of the plugin or another interpreter is
+  declined and the server leaves too, so that the copy in use starts its own.
+- It costs nothing once no loop needs it: it exits after ``LOOPWRIGHT_RESIDENT_IDLE``
   seconds (600) with no Stop, when its socket is removed or replaced, or when its parent
   process is gone; ``LOOPWRIGHT_RESIDENT=0`` keeps it from being started or asked.
 """
@@ -187,7 +190,8 @@ class Server:
         return _sources() != self.sources
 
     def retire(self) -> None:
-        """Stop the server for good (from a child that found it stale)."""
+        """Stop the server for good (from a child that declined a Stop of another copy of the
+        plugin or another interpreter: the next Stop of that copy starts its own server)."""
         if _ident(self.path) == self.ident:
             _unlink(self.path)
         try:
