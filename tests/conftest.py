@@ -25,7 +25,7 @@ import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
 
 # The throwaway PostgreSQL's fixtures, and its hook that marks them skipped without one.
-from pgcluster import pg_cluster, pg_url, pytest_collection_modifyitems, registry_url  # noqa: E402,F401
+from pgcluster import pg_cluster, pg_url, pytest_collection_modifyitems, reg, registry_url  # noqa: E402,F401
 
 # The per-user key that signs loops (loopwright/trust.py) lives under
 # $XDG_CONFIG_HOME: one scratch directory for the whole run, shared by in-process
@@ -101,6 +101,16 @@ def hook_stop(project: Path, session="S1", message=None, transcript=None) -> dic
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout) if out.stdout.strip() else None
+
+
+def one_line_error(out) -> str:
+    """The one ``loopwright: error: …`` line a command that failed on bad input printed
+    (exit 1, nothing on stdout, no traceback)."""
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stdout == "" and "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("loopwright: error: "), out.stderr
+    return lines[0]
 
 
 def lw_env(**extra: str) -> dict[str, str]:

@@ -38,6 +38,7 @@ sys.path[:0] = [str(TESTS), str(REPO / "lib")]
 import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
 import pgcluster  # noqa: E402
+from proctree import descendants, kill_all, kill_tree  # noqa: E402
 
 LW = str(REPO / "bin" / "loopwright")
 LOOPS = {"heron": "sketch", "otter": "survey", "lynx": "index"}  # loop name -> its goal's marker word
@@ -154,47 +155,6 @@ class Machine:
             return ""
 
 
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            kids.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _signal(pids, sig) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _kill_all(pids) -> None:
-    """SIGKILL ``pids`` and their process groups (a client runs in a session of its own)."""
-    groups = set()
-    for pid in pids:
-        try:
-            groups.add(os.getpgid(pid))
-        except ProcessLookupError:
-            pass
-    _signal(pids, signal.SIGKILL)
-    for group in groups - {os.getpgrp()}:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def strays(root: Path) -> list[int]:
     """Processes whose HOME is a machine's under ``root``: whatever a worker started and left
     (a client runs in a session of its own, and outlives a runner killed under it)."""
@@ -212,12 +172,7 @@ def strays(root: Path) -> list[int]:
 def kill(machine: Machine) -> None:
     """The machine dies: its worker and everything under it (stopped first, so that nothing
     starts meanwhile), their process groups too, get SIGKILL; nothing gets to say goodbye."""
-    _signal([machine.proc.pid], signal.SIGSTOP)
-    below: list[int] = []
-    while fresh := [p for p in _descendants(machine.proc.pid) if p not in below]:
-        _signal(fresh, signal.SIGSTOP)
-        below += fresh
-    _kill_all([machine.proc.pid, *below])
+    kill_tree(machine.proc.pid)
     machine.proc.wait(timeout=60)
 
 
@@ -227,7 +182,7 @@ def stop(machine: Machine, patience: float) -> None:
     seen: set[int] = set()
     for _ in range(2):
         if machine.proc.poll() is None:
-            seen.update(_descendants(machine.proc.pid))
+            seen.update(descendants(machine.proc.pid))
             machine.proc.send_signal(signal.SIGTERM)
             try:
                 machine.proc.wait(timeout=patience)
@@ -235,7 +190,7 @@ def stop(machine: Machine, patience: float) -> None:
                 continue
     if machine.proc.poll() is None:
         kill(machine)
-    _kill_all(sorted(seen))
+    kill_all(sorted(seen))
 
 
 # --- the fleet as the database shows it --------------------------------------------------------
@@ -400,7 +355,7 @@ def main() -> int:
             stop(m, patience=15 if code == 0 else 3)
         deadline = time.monotonic() + 30
         while (left := strays(root)) and time.monotonic() < deadline:  # a SIGKILL takes a moment
-            _kill_all(left)
+            kill_all(left)
             time.sleep(0.1)
         if cluster is not None:
             cluster.close()

@@ -7,6 +7,7 @@ Fixtures (registered by tests/conftest.py):
   - ``pg_url`` (function): a fresh database's ``postgresql://`` URL, dropped after the test.
   - ``registry_url`` (function, params ``sqlite`` and ``postgres``): a SQLite file path in
     tmp_path, or ``pg_url``; contract tests take it and assert the same things on both.
+  - ``reg`` (function): the registry at ``registry_url``, opened, and closed after the test.
 
 Without initdb/pg_ctl every PostgreSQL test is skipped with one reason line (``-ra``). As root
 the server runs as the ``postgres`` user (initdb refuses root). The settings trade durability
@@ -309,3 +310,13 @@ def registry_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "registry.sqlite")
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def reg(registry_url: str):
+    """The registry at ``registry_url``, opened for the test and closed after it."""
+    from loopwright.registry import open_registry
+
+    r = open_registry(registry_url)
+    yield r
+    r.close()

@@ -20,6 +20,7 @@ import pytest
 
 import fakeapi
 from fleetkit import ByGoal, git, lw, make_remote, start_worker, stop_worker, worker_log
+from proctree import descendants, freeze, kill_tree, signal_each
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -70,66 +71,10 @@ class Machine:
             return {}
 
 
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            kids.setdefault(ppid, []).append(int(d.name))
-    return kids
-
-
-def descendants(pid: int) -> list[int]:
-    kids, out, todo = _children(), [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _signal(pids, sig) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def freeze(machine: Machine) -> list[int]:
-    """SIGSTOP the worker, then its runner, client and whatever they started (each in groups of
-    their own), until no process is left running under it: a machine that stopped. Returns
-    the processes under the worker."""
-    os.kill(machine.proc.pid, signal.SIGSTOP)
-    stopped: list[int] = []
-    while True:
-        fresh = [p for p in descendants(machine.proc.pid) if p not in stopped]
-        if not fresh:
-            return stopped
-        _signal(fresh, signal.SIGSTOP)
-        stopped += fresh
-
-
 def kill(machine: Machine) -> None:
     """SIGKILL the worker and everything under it, their process groups included: a machine
     that died (nothing of it gets to say goodbye)."""
-    below = freeze(machine)
-    groups = set()
-    for pid in below:
-        try:
-            groups.add(os.getpgid(pid))
-        except ProcessLookupError:
-            pass
-    _signal([machine.proc.pid, *below], signal.SIGKILL)
-    for group in groups - {os.getpgrp()}:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_tree(machine.proc.pid)
     machine.proc.wait(timeout=60)
 
 
@@ -230,7 +175,7 @@ def fleet(pg_cluster, pg_url, remote, tmp_path):
         pg_cluster.start()
     for machine in f.machines:
         if machine.proc.poll() is None:
-            _signal([machine.proc.pid, *descendants(machine.proc.pid)], signal.SIGCONT)
+            signal_each([machine.proc.pid, *descendants(machine.proc.pid)], signal.SIGCONT)
         stop_worker(machine.proc)
 
 
@@ -318,7 +263,7 @@ def test_a_worker_back_after_its_lease_ran_out_pushes_nothing(pg_url, remote, fl
         b = fleet.start("b", b_server)
         wait_for(lambda: a_asked.is_set() and row(pg_url, "heron")["iteration"] == 1, "a mid-iteration 2",
                  within=WITHIN, every=0.5)  # fmt: skip
-        below = freeze(a)
+        below = freeze(a.proc.pid)
 
         def b_pushed_one() -> bool:  # b took the loop once a's lease ran out, and pushed
             r = row(pg_url, "heron")
@@ -327,7 +272,7 @@ def test_a_worker_back_after_its_lease_ran_out_pushes_nothing(pg_url, remote, fl
         wait_for(b_pushed_one, "b to take over and push an iteration", within=WITHIN, every=0.5, proc=b.proc)
         # a's runner and client wake first and finish their iteration; then its worker wakes,
         # with an iteration to push.
-        _signal(below, signal.SIGCONT)
+        signal_each(below, signal.SIGCONT)
         a_go.set()
         wait_for(lambda: a_next.is_set() and a.budget("heron").get("iterations_used") == 2,
                  "a's runner to finish its iteration", within=WITHIN)  # fmt: skip

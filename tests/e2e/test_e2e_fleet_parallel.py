@@ -13,10 +13,8 @@ turn (the first, or a wait for the worker to reserve the next item) is one line.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
 import threading
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import fakeapi
 import fakegithub
 from fleetkit import lw, make_remote, row_of, start_worker, stop_worker
 from loopwright.registry import open_registry
+from proctree import kill_tree
 from waiting import wait_for
 
 pytestmark = [
@@ -153,41 +152,10 @@ def test_two_loops_share_a_github_backlog_and_each_issue_is_worked_once(pg_url, 
     check_each_issue_worked_by_one_loop(pg_url, rows, agent, github, issues)
 
 
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        kids.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def kill_machine(proc) -> None:
     """SIGKILL a worker and everything under it, as a machine that died: frozen first (SIGSTOP,
     until nothing new appears under it), so that nothing of it says goodbye."""
-    os.kill(proc.pid, signal.SIGSTOP)
-    frozen: list[int] = []
-    while fresh := [p for p in _descendants(proc.pid) if p not in frozen]:
-        for pid in fresh:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-        frozen += fresh
-    for pid in [proc.pid, *frozen]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_tree(proc.pid)
     proc.wait(timeout=60)
 
 

@@ -8,52 +8,14 @@ the hook's process, only the socket module."""
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
-from pathlib import Path
-
 import pytest
 
 import fakeapi  # noqa: E402
 from e2e_support import history, is_block, loop_json, stop_answers  # noqa: E402
+from hooktrace import imported, listening, traced_python  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.e2e
-
-
-def listening(sock: Path) -> bool:
-    """Whether a server takes connections at ``sock`` (asked from its folder: the full path
-    may not fit in a socket address)."""
-    if not sock.exists():
-        return False
-    here = os.getcwd()
-    os.chdir(sock.parent)
-    try:
-        with socket.socket(socket.AF_UNIX) as probe:
-            probe.connect(sock.name)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.chdir(here)
-
-
-def traced_python(tmp_path: Path) -> tuple[Path, Path]:
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    wrapper = tmp_path / "python-traced"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -X importtime "$@" 2>>"{traces}/$$.log"\n')
-    wrapper.chmod(0o755)
-    return wrapper, traces
-
-
-def imported(log: Path) -> set[str]:
-    return {
-        line.rsplit("|", 1)[-1].strip()
-        for line in log.read_text().splitlines()
-        if line.startswith("import time:")
-    }
 
 
 def test_later_stops_are_answered_by_the_resident_server(claude, project, tmp_path):

@@ -22,18 +22,8 @@ from conftest import REPO, lw_env
 sys.path.insert(0, str(Path(__file__).parent))
 from test_bytecode import copy_plugin  # noqa: E402
 
+from hooktrace import imported, in_dir, listening, traced_python  # noqa: E402
 from waiting import wait_for  # noqa: E402
-
-
-def in_dir(path: Path, call):
-    """``call(name)`` from within ``path``'s folder: a socket address holds ~105 bytes at most,
-    less than these temporary paths (the launcher and the server do the same)."""
-    here = os.getcwd()
-    os.chdir(path.parent)
-    try:
-        return call(path.name)
-    finally:
-        os.chdir(here)
 
 
 def servers_for(data: Path) -> list[int]:
@@ -78,13 +68,7 @@ class Hook:
 
     def __init__(self, plugin: Path, project: Path, data: Path, tmp_path: Path) -> None:
         self.plugin, self.project, self.data, self.n = plugin, project, data, 0
-        self.traces = tmp_path / "traces"
-        self.traces.mkdir(exist_ok=True)
-        self.wrapper = tmp_path / "python-traced"
-        self.wrapper.write_text(
-            f'#!/bin/sh\nexec "{sys.executable}" -X importtime "$@" 2>>"{self.traces}/$$.log"\n'
-        )
-        self.wrapper.chmod(0o755)
+        self.wrapper, self.traces = traced_python(tmp_path)
 
     def stop(self, **env: str) -> tuple[dict | None, set[str]]:
         """One Stop: its answer and the loopwright modules its process imported."""
@@ -111,13 +95,13 @@ class Hook:
             timeout=120,
         )
         assert out.returncode == 0, out.stderr
-        imported = set()
-        for log in set(self.traces.iterdir()) - before:
-            for line in log.read_text().splitlines():
-                name = line.rsplit("|", 1)[-1].strip()
-                if line.startswith("import time:") and name.startswith("loopwright"):
-                    imported.add(name)
-        return (json.loads(out.stdout) if out.stdout.strip() else None), imported
+        ours = {
+            n
+            for log in set(self.traces.iterdir()) - before
+            for n in imported(log)
+            if n.startswith("loopwright")
+        }
+        return (json.loads(out.stdout) if out.stdout.strip() else None), ours
 
     @property
     def socket(self) -> Path:
@@ -125,14 +109,7 @@ class Hook:
 
     def served(self) -> bool:
         """Whether a server listens (a connection is taken and closed at once)."""
-        if not self.socket.exists():
-            return False
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                in_dir(self.socket, probe.connect)
-            except OSError:
-                return False
-        return True
+        return listening(self.socket)
 
 
 def iteration(project: Path) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import REPO, lw_env
+from conftest import REPO, lw_env, one_line_error
 from loopwright.registry import migrate, open_registry
 from pgcluster import free_port
 
@@ -21,14 +21,6 @@ def db_status(tmp_path, *args, **env):
         env=lw_env(XDG_DATA_HOME=str(tmp_path / "data"), **env),
         timeout=120,
     )
-
-
-def one_line_error(out) -> str:
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert out.stdout == "" and "Traceback" not in out.stderr
-    lines = out.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("loopwright: error: "), out.stderr
-    return lines[0]
 
 
 def test_status_shows_the_database_its_version_and_each_step(registry_url, tmp_path):

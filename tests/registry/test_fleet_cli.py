@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, lw_env
+from conftest import REPO, lw_env, one_line_error
 from loopwright.registry import open_registry
 from pgcluster import free_port
 
@@ -26,14 +26,6 @@ def lw(tmp_path, *args, **env):
         env=lw_env(XDG_DATA_HOME=str(tmp_path / "data"), **env),
         timeout=120,
     )
-
-
-def one_line_error(out) -> str:
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert out.stdout == "" and "Traceback" not in out.stderr
-    lines = out.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("loopwright: error: "), out.stderr
-    return lines[0]
 
 
 def queued(url: str) -> list[dict]:

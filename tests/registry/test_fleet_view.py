@@ -6,16 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopwright.registry import open_registry
 from loopwright.registry.queue import CONTROL_CHANNEL, PROGRESS_CHANNEL
 from waiting import wait_for
-
-
-@pytest.fixture
-def reg(registry_url):
-    r = open_registry(registry_url)
-    yield r
-    r.close()
 
 
 def submit(reg, name):

@@ -15,13 +15,6 @@ B = "backlog-1"
 ISSUES = ["#1", "#2", "#3", "#4", "#5"]
 
 
-@pytest.fixture
-def reg(registry_url):
-    r = open_registry(registry_url)
-    yield r
-    r.close()
-
-
 def running(reg, n: int) -> list[dict]:
     """``n`` loops, each claimed by a worker (generation 1)."""
     for i in range(n):

@@ -22,13 +22,6 @@ from waiting import wait_for
 OUT = "BUDGET_EXHAUSTED:fleet_dollars"
 
 
-@pytest.fixture
-def reg(registry_url):
-    r = open_registry(registry_url)
-    yield r
-    r.close()
-
-
 def submit(reg, name, account="default", tags=()):
     return reg.submit(
         kind="prompt",

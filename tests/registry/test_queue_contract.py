@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from loopwright.registry import LeaseLost, RegistryError, open_registry
+from loopwright.registry import LeaseLost, RegistryError
 from waiting import wait_for
 
 GOAL = 'fix it\'; DROP TABLE fleet_loops; -- $(rm -rf ~) `id` && echo "pwned" | tee /etc/passwd %s {now}'
-
-
-@pytest.fixture
-def reg(registry_url):
-    r = open_registry(registry_url)
-    yield r
-    r.close()
 
 
 def submit(reg, repo="https://example.com/r.git", **kw):

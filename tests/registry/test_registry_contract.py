@@ -14,13 +14,6 @@ from loopwright.registry.url import shown
 from waiting import wait_for
 
 
-@pytest.fixture
-def reg(registry_url):
-    r = open_registry(registry_url)
-    yield r
-    r.close()
-
-
 def test_a_new_registry_has_every_step_and_reopening_applies_none(reg, registry_url):
     status = reg.schema_status()
     kind = "postgres" if registry_url.startswith("postgresql://") else "sqlite"

@@ -11,13 +11,6 @@ from loopwright.registry import RegistryError, open_registry
 from waiting import wait_for
 
 
-@pytest.fixture
-def reg(registry_url):
-    r = open_registry(registry_url)
-    yield r
-    r.close()
-
-
 def test_a_timeline_write_made_twice_is_recorded_once(reg):
     loop = reg.submit(kind="prompt", spec={"goal": "g"}, repo="https://example.com/r.git")
     reg.claim("w1", "a")

@@ -4,18 +4,9 @@ the same; one snapshot is built per change, whoever asks."""
 
 from __future__ import annotations
 
-import pytest
-
 from loopwright.registry import open_registry
 from loopwright.serve.fleetwatch import FleetWatch
 from waiting import wait_for
-
-
-@pytest.fixture
-def reg(registry_url):
-    r = open_registry(registry_url)
-    yield r
-    r.close()
 
 
 def submit(reg, name):
