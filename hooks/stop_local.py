@@ -97,22 +97,24 @@ def start_server(local: str) -> None:
 
 
 # --- the launch (tests/events/test_codearchive.py runs what is above, then its own) ---
-if sys.argv[1:] == ["--serve"]:
+SERVING = sys.argv[1:] == ["--serve"]
+HOOKS = os.path.dirname(os.path.abspath(__file__))
+if SERVING:
     os.closerange(3, 1 << 16)  # nothing the starting hook held open stays open for good
 else:
     atexit.register(_leave)
 sys.pycache_prefix = cache_dir()  # None: bytecode beside the sources, as Python does by default
-LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")
+LIB = os.path.join(os.path.dirname(HOOKS), "lib")
 boot(sys.pycache_prefix, LIB)  # a module the archive does not hold is found on the path
 sys.path.insert(0, LIB)
 from loopwright.events.entry import stop  # noqa: E402
 
-if sys.argv[1:] == ["--serve"]:
+if SERVING:
     from loopwright.events import resident
 
-    sys.exit(resident.serve(sys.pycache_prefix, os.path.dirname(os.path.abspath(__file__))))
+    sys.exit(resident.serve(sys.pycache_prefix, HOOKS))
 EXIT[0] = stop()
 ticked = getattr(sys.modules.get("loopwright.events.stop"), "OWNER_SEEN", False)
-if ticked and globals().get("SERVER") in ("absent", "declined"):
-    start_server(os.path.abspath(__file__))  # an active loop's Stop: the next ones are answered warm
+if ticked and globals().get("SERVER") in ("absent", "declined"):  # the next Stops, answered warm
+    start_server(os.path.join(HOOKS, "stop_local.py"))
 sys.exit(EXIT[0])

@@ -31,7 +31,7 @@ OWNER_SEEN = False
 # effects (commit.finish: safe to redo, and redone by the next Stop should this process die)
 # are written after, under the same mutex. In the hook's own process the answer waits for them.
 RELEASE = None
-_answered = [False]
+ANSWERED = False  # whether RELEASE has had this Stop's answer
 
 # --- finding the session's loop -------------------------------------------------
 
@@ -86,6 +86,7 @@ def apply(
 
     Nothing is counted for a HOLD. Otherwise the tick is committed by one atomic
     write of budget.json (see commit.py), then its effects are applied."""
+    global ANSWERED
     now, sid = snap.now, snap.session_id
     redactions = project_rules(loop).redactions
     entries = [
@@ -112,7 +113,7 @@ def apply(
     # the launcher, which must still be there to be found.
     if decision.action == router.CONTINUE and RELEASE is not None and snap.lock_state == router.LOCK_OURS:
         emit(noted(_continuing(decision), notes))
-        _answered[0] = True
+        ANSWERED = True
         RELEASE()
     summary = commit.finish(paths, loop, budget, ledger, redactions)
     notices.gates_waiting(paths, loop, snap.budget, decision.budget, redactions)  # gates asked first now
@@ -312,7 +313,7 @@ def main_with(raw: bytes) -> int:
             "systemMessage": f"loopwright: internal error in the Stop hook ({type(exc).__name__}: {exc}); "
             "the session may stop. Run `loopwright doctor`."
         }
-    if answer and not _answered[0]:
+    if answer and not ANSWERED:
         emit(answer)
     return 0
 
