@@ -113,6 +113,14 @@ def one_line_error(out) -> str:
     return lines[0]
 
 
+def refused(out) -> str:
+    """The same for a command run through click's runner in this process."""
+    assert out.exit_code == 1, out.output
+    lines = out.stderr.splitlines()
+    assert out.stdout == "" and len(lines) == 1 and lines[0].startswith("loopwright: error: "), out.output
+    return lines[0]
+
+
 def lw_env(**extra: str) -> dict[str, str]:
     """Environment for running bin/loopwright or the hook launchers as processes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "LOOPWRIGHT"))}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from conftest import refused
 from loopwright.cli.fleet import submit
 from loopwright.fleet import items, spec
 from loopwright.fleet.spec import SpecError
@@ -22,13 +23,6 @@ def queue(db, *args):
     return CliRunner().invoke(
         submit, ["--db", db, "--repo", "file:///srv/app.git", *args], catch_exceptions=False
     )
-
-
-def refused(out) -> str:
-    assert out.exit_code == 1, out.output
-    lines = out.stderr.splitlines()
-    assert out.stdout == "" and len(lines) == 1 and lines[0].startswith("loopwright: error: "), out.output
-    return lines[0]
 
 
 def test_parallel_queues_n_work_loops_with_one_backlog_key(db):

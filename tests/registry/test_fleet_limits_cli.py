@@ -9,6 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from conftest import refused
 from loopwright.cli.fleet_limits import limits
 from loopwright.registry import open_registry
 
@@ -20,13 +21,6 @@ def db(tmp_path):
 
 def run(db, *args):
     return CliRunner().invoke(limits, ["--db", db, *args], catch_exceptions=False)
-
-
-def refused(out) -> str:
-    assert out.exit_code == 1, out.output
-    lines = out.stderr.splitlines()
-    assert out.stdout == "" and len(lines) == 1 and lines[0].startswith("loopwright: error: "), out.output
-    return lines[0]
 
 
 def test_caps_are_set_per_scope_and_shown_with_todays_spend_and_pauses(db):
