@@ -14,9 +14,9 @@ from pathlib import Path
 
 from loopwright.core.errors import UnsafePath
 from loopwright.state import lock as locks
-from loopwright.state import loops, store
+from loopwright.state import loops, plugindir, store
 
-PLUGIN_ROOT = Path(__file__).resolve().parents[3]  # lib/loopwright/actions/doctor.py
+PLUGIN_ROOT = plugindir.root()  # this checkout, or the copy installed with the package
 PACKAGES = ("click", "portalocker", "psutil")
 SERVE_PACKAGES = ("starlette", "uvicorn")  # only `loopwright serve` needs them
 OK, WARN, FAIL = "ok", "warn", "FAIL"

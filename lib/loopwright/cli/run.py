@@ -13,6 +13,7 @@ from loopwright.cli.base import Ctx, echo, echo_json, fail
 from loopwright.core.errors import UserError
 from loopwright.runner import notify as notifiers
 from loopwright.runner import run as runner
+from loopwright.state import plugindir
 
 
 class Reporter:
@@ -93,7 +94,9 @@ class Reporter:
 @click.option("--claude", "claude_bin", envvar="LOOPWRIGHT_CLAUDE", default="claude", show_default=True)
 @click.option("--claude-arg", "claude_args", multiple=True, help="Passed to claude as is; repeatable.")
 @click.option(
-    "--plugin-dir", help="Load loopwright from here (default: this copy, unless Claude Code has it)."
+    "--plugin-dir",
+    help="Load loopwright's plugin from here (default: this checkout, or the copy installed with the "
+    "package; none when Claude Code already has loopwright enabled).",
 )
 @click.option(
     "--poll-seconds", type=float, default=60.0, show_default=True, help="How often progress is checked."
@@ -154,7 +157,11 @@ def run(
     # The judge (state/judging.py), run from the client's Stop hook, uses this same CLI.
     os.environ["LOOPWRIGHT_CLAUDE"] = os.path.abspath(found)
     if plugin_dir is None and not runner.plugin_enabled_in_claude():
-        plugin_dir = str(runner.PLUGIN_ROOT)
+        plugin_dir = str(plugindir.root())
+    if plugindir.packaged() and not os.environ.get("LOOPWRIGHT_PYTHON"):
+        # Installed by pip or pipx: the plugin's hooks run with this interpreter, which has
+        # loopwright's packages (else its SessionStart hook would build a venv from the network).
+        os.environ["LOOPWRIGHT_PYTHON"] = sys.executable
     own = _own_notifiers()
     specs = list(notify) or (own if own is not None else _project_notifiers(obj))
     try:

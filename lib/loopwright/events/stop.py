@@ -205,7 +205,9 @@ def _defer_final_tick(paths: loops.LoopPaths, hook: HookInput, decision: router.
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[3] / "hooks" / "stop.py"  # from lib/loopwright/events/
+    from loopwright.state import plugindir
+
+    script = plugindir.root() / "hooks" / "stop.py"
     env = dict(os.environ, **{LATE_ENV: "1"})
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", str(script)],  # as hooks/stop starts it: nothing from the cwd

@@ -33,9 +33,9 @@ from loopwright.fleet import handoff, limits, spec
 from loopwright.fleet.items import Share
 from loopwright.fleet.workspace import PushRejected, Workspace
 from loopwright.registry import LeaseLost, RegistryError
-from loopwright.state import loops, store
+from loopwright.state import loops, plugindir, store
 
-LOOPWRIGHT = Path(__file__).resolve().parents[3] / "bin" / "loopwright"
+LOOPWRIGHT = plugindir.launcher()  # this checkout's, or the copy installed with the package
 # Kinds whose loop takes the fleet loop's name (a task loop is named for its module): parallel
 # work loops then keep apart in branch names and reports.
 NAMED = ("prompt", "work", "review")

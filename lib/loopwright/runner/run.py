@@ -30,8 +30,6 @@ from loopwright.runner import notify
 from loopwright.runner.client import Client
 from loopwright.state import loops, store
 
-PLUGIN_ROOT = Path(__file__).resolve().parents[3]  # lib/loopwright/runner/run.py
-
 
 class Options:
     def __init__(

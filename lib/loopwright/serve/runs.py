@@ -17,9 +17,8 @@ from pathlib import Path
 
 from loopwright.core.clock import now_iso
 from loopwright.registry import LIVE, Registry
-from loopwright.state import loops
+from loopwright.state import loops, plugindir
 
-PLUGIN_ROOT = Path(__file__).resolve().parents[3]  # lib/loopwright/serve/runs.py
 LIMIT_FLAGS = {
     "max_iterations": "--max-iterations",
     "max_minutes": "--max-minutes",
@@ -60,7 +59,7 @@ class Runs:
         self._spawn(row["id"], [*args, "--loop", row["loop"]])
 
     def _spawn(self, run_id: str, args: list[str]) -> None:
-        cmd = [str(PLUGIN_ROOT / "bin" / "loopwright"), *args]
+        cmd = [str(plugindir.launcher()), *args]
         env = dict(os.environ, LOOPWRIGHT_PYTHON=os.environ.get("LOOPWRIGHT_PYTHON", sys.executable))
         # The runner's events go to a private file, not a pipe: a monitor killed mid-run
         # leaves a runner that writes on (a pipe would break under it), for the next one to adopt.

@@ -18,7 +18,6 @@ from loopwright.state import journal, loops
 
 OWN_NOTIFIER = "LOOPWRIGHT_RUN_NOTIFIES"  # set by a runner whose --notify (or run.notify) tells
 PROJECT_KINDS = ("webhook:", "slack:", "desktop")  # what a committed file may name, as run takes it
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "hooks", "notify.py")
 
 
 def loop_ended(paths: loops.LoopPaths, loop: dict, outcome: str, reason: str, now: float) -> None:
@@ -99,9 +98,11 @@ def _spawn(job: dict) -> int:
     import sys
 
     from loopwright.core import jsoncodec
+    from loopwright.state import plugindir
 
+    script = plugindir.root() / "hooks" / "notify.py"
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", os.path.normpath(SCRIPT)],  # nothing from the cwd, as the hooks
+        [sys.executable, "-I", "-S", str(script)],  # nothing from the cwd, as the hooks
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
