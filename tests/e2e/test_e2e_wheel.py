@@ -96,6 +96,30 @@ def home(tmp_path) -> Path:
     return h
 
 
+def files(top: Path, *parts: str, pattern: str = "*") -> set[str]:
+    return {
+        str(p.relative_to(top))
+        for part in parts
+        for p in (top / part).rglob(pattern)
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_the_package_carries_the_whole_plugin(venv_bin):
+    plugin = plugin_of(venv_bin)
+    parts = (".claude-plugin", "bin", "commands", "hooks", "skills")
+    assert files(plugin, *parts) == files(REPO, *parts)
+    # The package again, where the hooks look for it: every module (the code archive's too).
+    assert files(plugin, "lib", pattern="*.py") == files(REPO, "lib/loopwright", pattern="*.py")
+    for name in ("requirements.txt", "requirements-fleet.txt"):  # what the SessionStart hook installs
+        assert (plugin / name).read_bytes() == (REPO / name).read_bytes()
+    for launcher in [
+        "bin/loopwright",
+        *(f"hooks/{h}" for h in ("session-start", "prompt", "stop", "tool-failure")),
+    ]:
+        assert os.access(plugin / launcher, os.X_OK), launcher
+
+
 def test_doctor_passes_after_a_plain_install(venv_bin, project, home):
     out = loopwright(venv_bin, user_env(venv_bin, home), "doctor", cwd=project)
     assert out.returncode == 0 and "[FAIL]" not in out.stdout, out.stdout + out.stderr
