@@ -144,6 +144,9 @@ def test_run_drives_a_loop_with_the_installed_plugin(venv_bin, project, home):
     assert client["argv"][client["argv"].index("--plugin-dir") + 1] == str(plugin_of(venv_bin))
     history = (project / ".loopwright/loops/prompt/history.jsonl").read_text().splitlines()
     assert len(history) == 2 and server.remaining == 0  # both Stops ticked by the installed hook
+    # The hooks ran with the package's interpreter: no second virtualenv built from the network.
+    data = list(home.glob(".claude/plugins/data/*"))
+    assert data and not [d for d in data if (d / "venv").exists()], data
 
 
 def _row(venv_bin: Path, env: dict, url: str, name: str, cwd: Path) -> dict:
