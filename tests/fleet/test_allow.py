@@ -265,6 +265,8 @@ def test_how_an_accepted_url_is_read(url, canonical):
         ("https://u[x]@github.com/a", "credentials"),
         ("git@host:a://b", "'://'"),
         ("/srv/a://b", "'://'"),
+        ("1x://host/a", "remote helper"),  # git's scheme may start with a digit: git-remote-1x
+        ("a/b://host/a", "neither a URL"),
         ("https:github.com/acme/x", "two slashes"),
         ("ssh://git@host:/x", "port"),
     ],

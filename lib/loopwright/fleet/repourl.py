@@ -24,7 +24,8 @@ ALIASES = {"git+ssh": "ssh", "ssh+git": "ssh"}
 MAX_LEN = 2000
 # git's own rule (transport.c): scheme characters then "::" names the helper git-remote-<transport>.
 _HELPER = re.compile(r"[A-Za-z0-9+.-]*::")
-_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)\Z", re.S)
+# git's test for a URL (url.c, is_url): scheme characters, the first a letter or digit, then "://".
+_URL = re.compile(r"([A-Za-z0-9][A-Za-z0-9+.-]*)://([^/]*)(.*)\Z", re.S)
 _LABEL = re.compile(r"[a-z0-9_][a-z0-9_-]*\Z")
 _NUMBER = re.compile(r"(?:[0-9]+|0x[0-9a-f]*)\Z")
 _OCTET = re.compile(r"(?:0|[1-9][0-9]{0,2})\Z")
@@ -106,7 +107,7 @@ def parse(url: str) -> RepoUrl:
         scheme, auth, path = "file", "", url
     else:
         scheme, auth, path = scp(url)
-    if "://" in auth + path:
+    if url.count("://") > (1 if m else 0):
         # git takes the first "://" anywhere as the end of a scheme (connect.c).
         raise Refused("'://' inside a repository URL")
     authority = _authority(scheme, auth)
