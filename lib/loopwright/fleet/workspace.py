@@ -109,11 +109,12 @@ def git_env(base: dict | None = None, url: str | None = None) -> dict:
 
 
 def _no_redirects(env: dict, url: str) -> None:
-    """``http.<url>.followRedirects=false`` as command-line config: a URL-specific setting
+    """``http.<url>.followRedirects=false`` as command-line config. A URL-specific setting
     beats the plain ``-c http.followRedirects=false`` whatever file it is in (a repository's
-    .git/config, the user's global config), and among equally specific ones the command
-    line's, read last, wins. In the environment (GIT_CONFIG_COUNT), where a key is never
-    split at an '=' the URL may hold; after any entries the environment had."""
+    .git/config, the user's global config); among equally specific ones the last read wins,
+    and command-line config is read after every file. Given through GIT_CONFIG_COUNT (the
+    command line's scope too), where a key is never split at an '=' the URL may hold, after
+    any entries the environment had."""
     count = env.get("GIT_CONFIG_COUNT", "")
     n = int(count) if count.isdigit() else 0
     for key in dict.fromkeys((f"http.{url}.followRedirects", f"http.{url.rstrip('/')}/.followRedirects")):
