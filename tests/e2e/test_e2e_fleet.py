@@ -6,11 +6,13 @@ repository, pushes its branch after every iteration and records the loop in the 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
 
 import fakeapi
+import hostileurls
 from fleetkit import beat_of, git, lw, make_remote, row_of, start_worker, stop_worker, worker_log
 from waiting import wait_for
 
@@ -70,3 +72,68 @@ def test_a_worker_refuses_a_repository_outside_its_allow_list(registry_url, remo
             log = stop_worker(worker)
     assert row_of(url, "far")["status"] == "queued" and server.conversation_requests == []
     assert log.count('"refused"') == 1  # said once, not at every poll
+
+
+def _queue_by_sql(url: str, repos: list[str]) -> dict[str, str]:
+    """Rows written straight into the database, as anyone who can write to it could (no
+    submit to refuse them): name → repository."""
+    import psycopg
+
+    from loopwright.registry import open_registry
+
+    open_registry(url).close()  # the schema
+    rows = {f"h-{n:02d}": repo for n, repo in enumerate(repos)}
+    sql = (
+        "INSERT INTO fleet_loops (id, name, kind, spec, repo, work_branch, account, status, created_at, "
+        "updated_at) VALUES (%s, %s, 'prompt', %s, %s, %s, 'default', 'queued', "
+        "extract(epoch from clock_timestamp()), extract(epoch from clock_timestamp()))"
+    )
+    spec = json.dumps({"goal": "hostile", "limits": {}})
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        cur.executemany(sql, [(uuid.uuid4().hex, n, spec, r, f"loopwright/{n}") for n, r in rows.items()])
+    return rows
+
+
+def test_a_worker_given_hostile_urls_by_sql_connects_to_no_disguised_host(pg_url, tmp_path):
+    """Issue 26: every URL of the hostile table, written into the database directly. The worker
+    refuses each (once) but the redirect, whose 302 git does not follow; no listener on a
+    disguised host, nor the redirect's target, ever sees a connection; nothing is cloned."""
+    scene = hostileurls.Scene(tmp_path)
+    rows = _queue_by_sql(pg_url, list(scene.urls.values()))
+    redirect = scene.render("http://127.0.0.1:{redirect}/acme/x")
+    refused = {r for r in rows.values() if r != redirect}
+    data = tmp_path / "w1"
+    allow = [f"--allow-repo={p}" for p in scene.allow]
+    try:
+        with fakeapi.ScriptedServer([]) as server:
+            worker = start_worker(pg_url, scene.allowed / "repo.git", data, server, tmp_path / "home", *allow)
+            try:
+
+                def said() -> set[str]:
+                    lines = [json.loads(x) for x in worker_log(worker).splitlines() if x.startswith("{")]
+                    return {e["repo"] for e in lines if e["event"] == "refused"}
+
+                def settled() -> bool:  # or a disguised host was reached: the test fails below
+                    return bool(said() >= refused and scene.redirector.requests or scene.connected())
+
+                wait_for(settled, "the refusals and the 302", within=120, every=0.2, proc=worker)
+                first = beat_of(pg_url)  # each beat follows a look at the queue: two more looks
+                wait_for(
+                    lambda: beat_of(pg_url) >= first + 2, "two more beats", within=60, every=0.2, proc=worker
+                )
+            finally:
+                log = stop_worker(worker)
+        assert scene.connected() == {}, log[-2000:]
+    finally:
+        scene.close()
+    events = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
+    refusals = [e["repo"] for e in events if e["event"] == "refused"]
+    assert sorted(refusals) == sorted(refused), "each refused URL is logged exactly once"
+    assert not [e for e in events if e["event"] == "claimed"], log
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        status = dict(conn.execute("SELECT repo, status FROM fleet_loops").fetchall())
+    assert {status[r] for r in refused} == {"queued"}
+    assert server.conversation_requests == []
+    assert [p.name for p in (data / "work").iterdir()] == [], "nothing was cloned"

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import hostileurls
 from loopwright.fleet.allow import Allow, Refused
 from loopwright.fleet.workspace import PushRejected, Workspace, WorkspaceError, run_git
 
@@ -315,7 +316,7 @@ def test_pushes_and_fetches_go_to_the_checked_url_only(tmp_path, remote):
         remote_commit(other, "loopwright/f-0001")
     git("config", "remote.origin.url", other, cwd=ws.dir)
     assert ws.prepare() == sha, "a workspace cloned from elsewhere is cloned again"
-    assert git("config", "remote.origin.url", cwd=ws.dir) == remote
+    assert git("config", "remote.origin.url", cwd=ws.dir) == remote[len("file://") :]  # its real path
 
 
 def test_names_and_leases_are_checked(tmp_path, remote):
@@ -356,3 +357,56 @@ def test_errors_are_one_line_without_credentials(tmp_path):
     message = str(err.value)
     assert message.startswith("git clone failed: ") and "\n" not in message
     assert "s3cret" not in message
+
+
+@pytest.fixture
+def redirect():
+    """An allowed local HTTP server answering 302 to a listener that must see nothing."""
+    target = hostileurls.Listener()
+    server = hostileurls.Redirector(target.port)
+    yield server, target
+    server.close()
+    target.close()
+
+
+def test_no_git_command_follows_a_redirect_whatever_the_config_says(tmp_path, redirect, monkeypatch):
+    server, target = redirect
+    url = f"http://127.0.0.1:{server.port}/acme/x.git"
+    # The user's global config and the workspace's own .git/config both ask for redirects, for
+    # every URL and for this one (a URL-specific setting beats a plain one from any file).
+    on = "[http]\n\tfollowRedirects = true\n"
+    for key in (url, url.removesuffix(".git"), url + "/", f"http://127.0.0.1:{server.port}"):
+        on += f'[http "{key}"]\n\tfollowRedirects = true\n'
+    (tmp_path / "global").write_text(on)
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "global"))
+    ws = worker(tmp_path, url, allow=Allow([f"http://127.0.0.1:{server.port}/*"]))
+    with pytest.raises(WorkspaceError, match="302"):
+        ws.prepare()  # the clone
+    git("init", "--quiet", str(ws.dir))
+    (ws.dir / ".git" / "config").write_text((ws.dir / ".git" / "config").read_text() + on)
+    git("config", "remote.origin.url", url, cwd=ws.dir)
+    with pytest.raises(WorkspaceError, match="302"):
+        ws.prepare()  # a fetch in the workspace, which reads its .git/config
+    with pytest.raises(WorkspaceError, match="302"):
+        ws.remote_tip()
+    git("commit", "--quiet", "--allow-empty", "-m", "x", cwd=ws.dir)
+    with pytest.raises(WorkspaceError, match="302"):
+        ws.push(None)
+    assert server.requests >= 4 and target.connections == 0
+
+
+def test_a_symlinked_repository_is_cloned_from_the_directory_that_was_matched(tmp_path):
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    real = make_remote(allowed, name="real")[len("file://") :]
+    other = make_remote(tmp_path, name="other")[len("file://") :]
+    (allowed / "link.git").symlink_to(real)
+    ws = worker(tmp_path, f"file://{allowed}/link.git", allow=Allow([f"file://{allowed}/*"]))
+    assert ws.url == real
+    # Re-pointed between the match and the clone: git still reads the directory matched.
+    (allowed / "link.git").unlink()
+    (allowed / "link.git").symlink_to(other)
+    assert ws.prepare() == git("--git-dir", real, "rev-parse", "main")
+    assert git("config", "remote.origin.url", cwd=ws.dir) == real
+    with pytest.raises(Refused, match=f"no --allow-repo pattern matches file://{tmp_path}/other"):
+        worker(tmp_path, f"{allowed}/link.git", name="f-0002", allow=Allow([f"file://{allowed}/*"]))

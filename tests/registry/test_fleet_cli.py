@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, lw_env, one_line_error
+import hostileurls
+from conftest import REPO, lw_env, one_line_error, refused
 from loopwright.registry import open_registry
 from pgcluster import free_port
 
@@ -44,12 +45,37 @@ def queued(url: str) -> list[dict]:
         ("https://example.com/a/%2e%2e/b.git", "percent-encoding"),
         ("relative/path.git", "neither a URL nor an absolute path"),
         ("https://example.com/a b.git", "whitespace"),
+        # Issue 26's three: curl ends the host at '?' or '#', so the host is not github.com.
+        ("https://evil.example?@github.com/acme/x", "'?' or '#'"),
+        ("https://127.0.0.1:8999#@github.com/acme/x", "'?' or '#'"),
+        ("http://127.0.0.1:8999/?@github.com/acme/x", "'?' or '#'"),
     ],
 )
 def test_a_repository_no_worker_would_clone_is_refused_at_submit(registry_url, tmp_path, repo, says):
     line = one_line_error(lw(tmp_path, "submit", "--db", registry_url, "--repo", repo, "goal"))
     assert says in line
     assert queued(registry_url) == []
+
+
+def test_submit_refuses_the_hostile_table_by_shape_and_queues_the_rest(tmp_path):
+    """Issue 26's table through `submit` (click's runner): each URL refused by its shape is one
+    line naming why; the others (a worker refuses them, or git does not follow the redirect)
+    are queued, as submit cannot know a worker's allow-list or disk."""
+    from click.testing import CliRunner
+
+    from loopwright.cli.fleet import submit
+
+    db = str(tmp_path / "runs.sqlite")
+    for hostile in hostileurls.TABLE:
+        url = hostileurls.render(hostile.url, port=8999, redirect=8998)
+        out = CliRunner().invoke(submit, ["--db", db, "--repo", url, "goal"], catch_exceptions=False)
+        if hostile.shape:
+            line = refused(out)
+            assert "bad repository" in line and hostile.says in line, (url, line)
+        else:
+            assert out.exit_code == 0, (url, out.output)
+    kept = [hostileurls.render(h.url, port=8999, redirect=8998) for h in hostileurls.TABLE if not h.shape]
+    assert sorted(r["repo"] for r in queued(db)) == sorted(kept)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
+import hostileurls
 from loopwright.registry import open_registry
 from loopwright.serve import app as api
 
@@ -120,6 +121,26 @@ def test_a_submit_is_refused_as_a_worker_would_refuse_it(monitor):
     assert submit(c, name="once").status_code == 409
     assert c.post("/api/loops", json={"repo": REPO_URL, "goal": "x" * (api.MAX_BODY + 1)}).status_code == 413
     assert [r["name"] for r in monitor.registry.fleet_loops()] == ["once"]
+
+
+def test_the_api_refuses_the_hostile_table_by_shape_and_queues_the_rest(monitor):
+    """Issue 26's table through POST /api/loops: as `submit` does, each URL refused by its shape
+    is a 400 naming why, and the rest are queued for a worker's allow-list to judge."""
+    c = client(monitor)
+    kept = []
+    for hostile in hostileurls.TABLE:
+        url = hostileurls.render(hostile.url, port=8999, redirect=8998)
+        res = c.post("/api/loops", json={"repo": url, "goal": "g"})
+        if hostile.shape:
+            error = res.json()["error"]
+            assert res.status_code == 400 and "bad repository" in error and hostile.says in error, (
+                url,
+                res.text,
+            )
+        else:
+            assert res.status_code == 201, (url, res.text)
+            kept.append(url)
+    assert sorted(r["repo"] for r in monitor.registry.fleet_loops()) == sorted(kept)
 
 
 def test_unknown_loops_are_404(monitor):

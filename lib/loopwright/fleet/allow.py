@@ -2,150 +2,43 @@
 
 Whoever can write a row to a shared registry picks the URL a worker clones, so a worker
 clones only what its ``--allow-repo`` patterns name, and some URL shapes are refused
-whatever the patterns say: options in disguise, remote helpers that run programs, and
-anything whose meaning to git could differ from what a pattern was matched against.
+whatever the patterns say (fleet/repourl.py): options in disguise, remote helpers that run
+programs, and anything whose meaning to git or curl could differ from what a pattern was
+matched against.
 
 A URL is matched in a canonical form ``scheme://authority/path``: ``git@host:org/x`` is
 ``ssh://git@host/~/org/x`` (an scp-like path is relative to the login's home, as git reads
-it), an absolute path is ``file:///path``, ``git+ssh`` is ``ssh``, the scheme and host are
-lower-cased, credentials of an http(s) URL are dropped, repeated slashes are one, and a
-trailing ``/`` and ``.git`` are stripped. Patterns are shell globs (case-sensitive) written
-in any of those forms and canonicalised the same way; a pattern's scheme, authority and
-path are matched separately, so a ``*`` in the host never reaches into the path (in the
-path ``*`` does cross ``/``).
+it), ``git+ssh`` is ``ssh``, the host is lower-cased (an IPv6 address compressed), credentials
+of an http(s) URL are dropped, repeated slashes are one, and a trailing ``/`` and ``.git`` are
+stripped. A local repository (``file:///path`` or ``/path``) is matched on the real path of the
+directory git would open (fleet/localrepo.py), and git is given that directory. Patterns are
+shell globs (case-sensitive) written in any of those forms and canonicalised the same way; a
+pattern's scheme, authority and path are matched separately, so a ``*`` in the host never
+reaches into the path (in the path ``*`` does cross ``/``).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
-import unicodedata
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
-# Transports git runs without a remote helper program. `file` covers a local path too.
-SCHEMES = ("https", "http", "ssh", "git", "file")
-ALIASES = {"git+ssh": "ssh", "ssh+git": "ssh"}
-MAX_LEN = 2000
-# git's own rule (transport.c): scheme characters then "::" names the helper git-remote-<transport>.
-_HELPER = re.compile(r"[A-Za-z0-9+.-]*::")
-_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)\Z", re.S)
+from loopwright.fleet import localrepo
+from loopwright.fleet.repourl import SCHEMES, Refused, RepoUrl, bad_char, parse, scp, tidy_path
+
+__all__ = ["SCHEMES", "Allow", "Refused", "git_url", "normalised", "refused"]
+
 _URL_GLOB = re.compile(r"([^:/]+)://([^/]*)(.*)\Z", re.S)
-_HOST = re.compile(r"(?:[a-z0-9_][a-z0-9._-]*|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?\Z")
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\Z")
-
-
-class Refused(ValueError):
-    """A repository URL this worker never clones; the message is one line."""
-
-
-def _bad_char(text: str) -> bool:
-    # Control characters, whitespace of any script, and invisible format characters
-    # (bidi overrides would make a URL read differently from what is matched).
-    return any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in text)
-
-
-def _tidy_path(path: str) -> str:
-    path = re.sub(r"/{2,}", "/", path)
-    path = path.rstrip("/")
-    if path.endswith(".git"):
-        path = path[: -len(".git")].rstrip("/")
-    return path
-
-
-def _authority(scheme: str, auth: str, glob: bool) -> str:
-    """The authority as matched: http(s) and git credentials dropped (a token is not part of
-    which repository it is), an ssh login kept (it picks whose ~ a path is relative to)."""
-    user, at, host = auth.rpartition("@")
-    host = host.lower()
-    if scheme == "file":
-        if auth and not glob:
-            raise Refused("a file:// URL with a host: write file:///absolute/path")
-        return host
-    if not glob and not _HOST.match(host):
-        raise Refused("the host is not a plain host name, IP address or [IPv6] with an optional port")
-    if scheme != "ssh" or not at:
-        return host
-    user = user.split(":", 1)[0]
-    if not glob and not _USER.match(user):
-        raise Refused("the ssh login name has characters other than letters, digits, '.', '_' and '-'")
-    return f"{user}@{host}"
-
-
-def _scp(text: str) -> tuple[str, str, str] | None:
-    """git's scp-like form, ``[user@]host:path``: a colon before any slash."""
-    colon, slash = text.find(":"), text.find("/")
-    if colon <= 0 or (slash != -1 and slash < colon):
-        return None
-    auth, path = text[:colon], text[colon + 1 :]
-    if not path.startswith("/"):
-        path = "/" + (path if path.startswith("~") else "~/" + path)
-    return "ssh", auth, path
-
-
-def _parts(text: str, glob: bool) -> tuple[str, str, str] | None:
-    """(scheme, authority, path) of a URL or pattern, canonical; None for a pattern that is a
-    glob over the whole canonical URL (``*``). Refused for a URL shape git would read
-    differently or run a program for."""
-    m = (_URL_GLOB if glob else _URL).match(text)
-    if m:
-        # git compares schemes case-sensitively: `SSH://` would look for a helper git-remote-SSH.
-        scheme, auth, path = m.group(1).lower() if glob else m.group(1), m.group(2), m.group(3)
-        scheme = ALIASES.get(scheme, scheme)
-        if scheme not in SCHEMES and not glob:
-            raise Refused(f"scheme {scheme!r} needs a git remote helper: use https, ssh, git or file")
-    elif text.startswith("/"):
-        scheme, auth, path = "file", "", text
-    elif _scp(text) is not None:
-        scheme, auth, path = _scp(text)
-    elif glob:
-        return None
-    else:
-        raise Refused("neither a URL nor an absolute path (git would resolve it against a directory)")
-    auth = _authority(scheme, auth, glob)
-    if not glob:
-        _check_path(path)
-    path = _tidy_path(path)
-    if not path:
-        raise Refused("names no repository path" if not glob else "names no repository path: end it with /*")
-    return scheme, auth, path
-
-
-def _check_path(path: str) -> None:
-    if "%" in path:
-        # git decodes %XX in URLs: %2e%2e would be '..' after the pattern was matched.
-        raise Refused("percent-encoding in the path: write the characters themselves")
-    if "\\" in path:
-        raise Refused("a backslash in the path")
-    if any(seg in (".", "..") for seg in path.split("/")):
-        raise Refused("a '.' or '..' path segment (it could leave the directory a pattern names)")
-
-
-def _shape(url: str) -> tuple[str, str, str]:
-    """The canonical parts of ``url``, or Refused with the reason whatever the patterns."""
-    if not isinstance(url, str) or not url:
-        raise Refused("empty repository URL")
-    if len(url) > MAX_LEN:
-        raise Refused(f"repository URL longer than {MAX_LEN} characters")
-    if url.startswith("-"):
-        raise Refused("repository URL starts with '-' (git would read it as an option)")
-    if _HELPER.match(url):
-        raise Refused("a '<transport>::' URL runs a git remote helper program")
-    if _bad_char(url):
-        raise Refused("repository URL contains a control character or whitespace")
-    parts = _parts(url, glob=False)
-    if parts is None:  # only a pattern can be a bare glob
-        raise Refused("neither a URL nor an absolute path")
-    return parts
-
-
-def _joined(parts: tuple[str, str, str]) -> str:
-    return f"{parts[0]}://{parts[1]}{parts[2]}"
+_GLOB = re.compile(r"[*?[]")
 
 
 def refused(url: str) -> str | None:
-    """Why ``url`` is never cloned whatever the patterns (one line), or None."""
+    """Why ``url`` is never cloned whatever the patterns (one line), or None. The shape
+    alone: what a local path leads to is known only on the worker that clones it."""
     try:
-        _shape(url)
+        parse(url)
     except Refused as e:
         return str(e)
     return None
@@ -153,7 +46,76 @@ def refused(url: str) -> str | None:
 
 def normalised(url: str) -> str:
     """The canonical form patterns are matched against; Refused for a refused shape."""
-    return _joined(_shape(url))
+    return str(parse(url))
+
+
+def resolved(url: str) -> tuple[RepoUrl, str]:
+    """(what is matched, what git is given) for ``url`` on this machine: a local repository's
+    real directory, else the URL itself. Refused for a refused shape."""
+    parts = parse(url)
+    if parts.scheme != "file":
+        return parts, url
+    real = localrepo.real_git_dir(parts.local)
+    try:
+        return parse(real), real
+    except Refused as e:
+        raise Refused(f"the real path of {parts.local}, {real}: {e}") from None
+
+
+def git_url(url: str) -> str:
+    """What git is given for ``url`` (see resolved); Refused for a refused shape."""
+    return resolved(url)[1]
+
+
+def _pattern_authority(scheme: str, auth: str) -> str:
+    """A pattern's authority as matched: http(s) and git credentials dropped, an ssh login
+    kept, the host lower-cased; an [IPv6] host is a literal, not a character class."""
+    if scheme == "file":
+        return auth.lower()
+    user, at, host = auth.rpartition("@")
+    host = host.lower()
+    if host.startswith("[") and "]" in host:
+        inside, _, port = host[1:].partition("]")
+        try:
+            host = f"[[]{ipaddress.IPv6Address(inside).compressed}[]]{port}"
+        except ValueError:
+            pass  # a glob of its own
+    if scheme != "ssh" or not at:
+        return host
+    return f"{user.split(':', 1)[0]}@{host}"
+
+
+def _real_prefix(path: str) -> str:
+    """A local pattern with the directory before its first glob character resolved, as the
+    URLs it is matched against are (a pattern under a symlinked directory still matches)."""
+    glob = _GLOB.search(path)
+    head = path[: glob.start()] if glob else path
+    base = head.rsplit("/", 1)[0]
+    if not base or not os.path.isdir(base):
+        return path
+    return os.path.realpath(base) + path[len(base) :]
+
+
+def _pattern(text: str) -> tuple[str, str, str] | None:
+    """(scheme, authority, path) globs of a pattern, canonical; None for a glob over the whole
+    canonical URL (``*``)."""
+    m = _URL_GLOB.match(text)
+    if m:
+        scheme, auth, path = m.group(1).lower(), m.group(2), m.group(3)
+        scheme = {"git+ssh": "ssh", "ssh+git": "ssh"}.get(scheme, scheme)
+    elif text.startswith("/"):
+        scheme, auth, path = "file", "", text
+    else:
+        try:
+            scheme, auth, path = scp(text)
+        except Refused:
+            return None
+    if scheme == "file" and not auth:
+        path = _real_prefix(path)
+    path = tidy_path(path)
+    if not path:
+        raise Refused("names no repository path: end it with /*")
+    return scheme, _pattern_authority(scheme, auth), path
 
 
 class Allow:
@@ -164,28 +126,42 @@ class Allow:
         self.patterns = [p for p in patterns]
         self._compiled: list[tuple[str, tuple[str, str, str] | None]] = []
         for pattern in self.patterns:
-            if not pattern or _bad_char(pattern):
+            if not pattern or bad_char(pattern):
                 raise ValueError(f"empty --allow-repo pattern or one with whitespace: {pattern!r}")
             try:
-                self._compiled.append((pattern, _parts(pattern, glob=True)))
+                self._compiled.append((pattern, _pattern(pattern)))
             except Refused as e:
                 raise ValueError(f"--allow-repo {pattern}: {e}") from None
+
+    def _matches(self, parts: RepoUrl) -> bool:
+        whole = str(parts)
+        have = (parts.scheme, parts.authority, parts.path)
+        for raw, glob in self._compiled:
+            if glob is None and fnmatchcase(whole, raw):
+                return True
+            if glob is not None and all(fnmatchcase(h, w) for h, w in zip(have, glob)):
+                return True
+        return False
+
+    def resolve(self, url: str) -> str:
+        """What git is given for ``url`` (a local repository's real directory, else the URL);
+        Refused with the reason when this worker does not clone it."""
+        if not self._compiled:
+            parse(url)  # a refused shape says so first
+            raise Refused("this worker allows no repository: start it with --allow-repo PATTERN")
+        parts, given = resolved(url)
+        if not self._matches(parts):
+            real = f" (where {url} leads)" if parts.scheme == "file" and str(parts) != normalised(url) else ""
+            raise Refused(f"no --allow-repo pattern matches {parts}{real}")
+        return given
 
     def why_not(self, url: str) -> str | None:
         """None when ``url`` may be cloned, else the reason in one line."""
         try:
-            parts = _shape(url)
+            self.resolve(url)
         except Refused as e:
             return str(e)
-        if not self._compiled:
-            return "this worker allows no repository: start it with --allow-repo PATTERN"
-        whole = _joined(parts)
-        for raw, glob in self._compiled:
-            if glob is None and fnmatchcase(whole, raw):
-                return None
-            if glob is not None and all(fnmatchcase(have, want) for have, want in zip(parts, glob)):
-                return None
-        return f"no --allow-repo pattern matches {whole}"
+        return None
 
     def __call__(self, url: str) -> bool:
         return self.why_not(url) is None

@@ -4,8 +4,9 @@
 The repository, its URL and the branch names come from a shared registry row, so nothing in
 them is trusted: the URL must pass the worker's allow-list before git sees it; every git
 command runs without a shell, with ``--`` before values it was given, with hooks, fsmonitor
-and the ``ext::`` transport off, no terminal prompt and a time bound; fetch, push and
-ls-remote name the checked URL itself, never a remote the agent could have re-pointed in
+and the ``ext::`` transport off, no HTTP redirect followed, no terminal prompt and a time
+bound; fetch, push and ls-remote name the checked URL itself (a local repository: the real
+directory that was matched), never a remote the agent could have re-pointed in
 ``.git/config``. A push carries a lease on the tip this worker last saw, so a worker that
 lost its loop to another cannot overwrite what the new owner pushed.
 """
@@ -20,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from loopwright.fleet.allow import Allow, Refused, refused
+from loopwright.fleet.allow import Allow, git_url
 
 # `-c` settings on every command; the command line wins over every config file.
 GIT_CONFIG = (
@@ -29,6 +30,8 @@ GIT_CONFIG = (
     "core.fsmonitor=false",  # nor a fsmonitor command written into .git/config
     "fetch.recurseSubmodules=false",
     "submodule.recurse=false",
+    # An allowed host answering 302 would send the clone, and the push, to another host.
+    "http.followRedirects=false",
 )
 # Transports git may use at all (GIT_ALLOW_PROTOCOL overrides protocol.*.allow; submodules too).
 PROTOCOLS = ("file", "git", "http", "https", "ssh")
@@ -88,9 +91,10 @@ def _branch_ok(name: str) -> bool:
     )
 
 
-def git_env(base: dict | None = None) -> dict:
+def git_env(base: dict | None = None, url: str | None = None) -> dict:
     """The environment git runs in: no prompt, only plain transports, and none of the
-    variables that would aim it at another repository."""
+    variables that would aim it at another repository; for an http(s) ``url``, redirects off
+    for that URL too (see _no_redirects)."""
     env = dict(os.environ if base is None else base)
     for key in REDIRECTS:
         env.pop(key, None)
@@ -99,7 +103,24 @@ def git_env(base: dict | None = None) -> dict:
     env["GIT_ALLOW_PROTOCOL"] = ":".join(allowed)
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["LC_ALL"] = "C"
+    if url is not None and url.startswith(("https://", "http://")):
+        _no_redirects(env, url)
     return env
+
+
+def _no_redirects(env: dict, url: str) -> None:
+    """``http.<url>.followRedirects=false`` as command-line config. A URL-specific setting
+    beats the plain ``-c http.followRedirects=false`` whatever file it is in (a repository's
+    .git/config, the user's global config); among equally specific ones the last read wins,
+    and command-line config is read after every file. Given through GIT_CONFIG_COUNT (the
+    command line's scope too), where a key is never split at an '=' the URL may hold, after
+    any entries the environment had."""
+    count = env.get("GIT_CONFIG_COUNT", "")
+    n = int(count) if count.isdigit() else 0
+    for key in dict.fromkeys((f"http.{url}.followRedirects", f"http.{url.rstrip('/')}/.followRedirects")):
+        env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, "false"
+        n += 1
+    env["GIT_CONFIG_COUNT"] = str(n)
 
 
 def run_git(args: list[str], cwd: Path, *, timeout: float, input: str | None = None, env: dict | None = None):
@@ -137,7 +158,8 @@ class Workspace:
     """``root/<loop_name>``, a clone of ``repo`` on ``loopwright/<loop_name>``.
 
     Refused (from loopwright.fleet.allow) at construction for a URL the allow-list, or
-    without one the shape rules, refuse: such a URL never reaches git."""
+    without one the shape rules, refuse: such a URL never reaches git. ``url`` is what git is
+    given: the URL, or for a local repository the real directory the allow-list matched."""
 
     def __init__(
         self,
@@ -149,9 +171,7 @@ class Workspace:
         allow: Allow | None = None,
         timeout: float = TIMEOUT,
     ):
-        why = allow.why_not(repo) if allow is not None else refused(repo)
-        if why:
-            raise Refused(why)
+        self.url = allow.resolve(repo) if allow is not None else git_url(repo)
         if not (_NAME.match(loop_name) and ".." not in loop_name and not loop_name.endswith(".lock")):
             raise ValueError(f"loop name {loop_name!r} is not usable as a directory and branch name")
         if base_branch is not None and not _branch_ok(base_branch):
@@ -165,17 +185,19 @@ class Workspace:
         self.branch = f"loopwright/{loop_name}"
         # The work branch's tip on the remote when this worker last looked (None: not there).
         self.remote_seen: str | None = None
+        self.env = git_env(url=self.url)
 
     # -- git --------------------------------------------------------------------------------
 
     def _git(self, *args: str, cwd: Path | None = None, input: str | None = None, env: dict | None = None):
+        env = env or self.env
         rc, out, err = run_git(list(args), cwd or self.dir, timeout=self.timeout, input=input, env=env)
         if rc != 0:
             raise WorkspaceError(f"git {args[0]} failed: {_last_line(err) or f'exit code {rc}'}")
         return out
 
     def _ok(self, *args: str) -> tuple[int, str]:
-        rc, out, _ = run_git(list(args), self.dir, timeout=self.timeout)
+        rc, out, _ = run_git(list(args), self.dir, timeout=self.timeout, env=self.env)
         return rc, out.strip()
 
     def _commit_of(self, ref: str) -> str | None:
@@ -199,7 +221,7 @@ class Workspace:
             self.root.mkdir(parents=True, mode=0o700)
         self._drop_stale_clones()
         if self._reusable():
-            self._git("fetch", "--prune", "--quiet", "--", self.repo, f"+refs/heads/*:{TRACKING}*")
+            self._git("fetch", "--prune", "--quiet", "--", self.url, f"+refs/heads/*:{TRACKING}*")
             start = self._start_commit()
             try:
                 return self._check_out(start)
@@ -235,7 +257,7 @@ class Workspace:
         if not self.dir.exists():
             return False
         rc, url = self._ok("config", "--get", "remote.origin.url")
-        if rc == 0 and url == self.repo:
+        if rc == 0 and url == self.url:
             return True
         self._remove()
         return False
@@ -251,7 +273,7 @@ class Workspace:
         tmp = Path(tempfile.mkdtemp(prefix=f".clone+{self.name}+", dir=self.root))
         try:
             # --no-local: a local path is copied through git's transport, never hard-linked.
-            args = ("clone", "--quiet", "--no-checkout", "--no-local", "--", self.repo, str(tmp))
+            args = ("clone", "--quiet", "--no-checkout", "--no-local", "--", self.url, str(tmp))
             self._git(*args, cwd=self.root)
             os.rename(tmp, self.dir)
         except BaseException:
@@ -274,7 +296,7 @@ class Workspace:
         return sha
 
     def _remote_head(self) -> str:
-        out = self._git("ls-remote", "--symref", "--", self.repo, "HEAD")
+        out = self._git("ls-remote", "--symref", "--", self.url, "HEAD")
         for line in out.splitlines():
             target, _, name = line.partition("\t")
             if name == "HEAD" and target.startswith("ref: refs/heads/"):
@@ -295,7 +317,7 @@ class Workspace:
         rc, _ = self._ok("diff", "--cached", "--quiet")
         if rc == 0:
             return None
-        env = git_env()
+        env = dict(self.env)
         for key, value in (("name", IDENTITY[0]), ("email", IDENTITY[1])):
             if self._ok("config", "--get", f"user.{key}")[0] != 0:
                 env[f"GIT_AUTHOR_{key.upper()}"] = env[f"GIT_COMMITTER_{key.upper()}"] = value
@@ -312,8 +334,8 @@ class Workspace:
         sha = self.head()
         ref = f"refs/heads/{self.branch}"
         lease = f"--force-with-lease={ref}:{expected or ''}"
-        args = ["push", "--porcelain", "--no-verify", lease, "--", self.repo, f"{sha}:{ref}"]
-        rc, out, err = run_git(args, self.dir, timeout=self.timeout)
+        args = ["push", "--porcelain", "--no-verify", lease, "--", self.url, f"{sha}:{ref}"]
+        rc, out, err = run_git(args, self.dir, timeout=self.timeout, env=self.env)
         for line in out.splitlines():
             if line.startswith("!\t"):
                 raise PushRejected(_redact(" ".join(line[2:].split())))
@@ -325,7 +347,7 @@ class Workspace:
     def remote_tip(self) -> str | None:
         """The work branch's commit on the remote now, or None when it has none."""
         ref = f"refs/heads/{self.branch}"
-        out = self._git("ls-remote", "--", self.repo, ref)
+        out = self._git("ls-remote", "--", self.url, ref)
         for line in out.splitlines():
             sha, _, name = line.partition("\t")
             if name == ref and _SHA.match(sha):
