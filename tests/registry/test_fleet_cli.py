@@ -103,6 +103,9 @@ def test_a_worker_needs_an_allow_list_and_a_heartbeat_inside_its_lease(registry_
     assert "--heartbeat must be shorter than --lease" in one_line_error(bad)
     pattern = lw(tmp_path, "worker", "--db", registry_url, "--allow-repo", "https://example.com/a b")
     assert "--allow-repo" in one_line_error(pattern)
+    verify = lw(tmp_path, "worker", "--db", registry_url, "--allow-repo", "https://example.com/*",
+                "--allow-verify", "make\ntest")  # fmt: skip
+    assert "--allow-verify: bad pattern 'make\\ntest'" in one_line_error(verify)
 
 
 def beat(url: str, worker: str, account=None, **policy) -> None:
@@ -136,8 +139,8 @@ def test_a_repository_or_verify_no_live_worker_accepts_is_refused(registry_url, 
     )
     far = lw(tmp_path, "submit", "--db", registry_url, "--repo", "https://example.com/far/x.git", "goal")
     assert one_line_error(far) == (
-        "loopwright: error: no live worker accepts the repository https://example.com/far/x (2 live workers): "
-        "start a worker with --allow-repo https://example.com/far/x"
+        "loopwright: error: no live worker accepts the repository https://example.com/far/x "
+        "(2 live workers): start a worker with --allow-repo https://example.com/far/x"
     )
     # w2 would run the verify, but not on this repository; w1 takes the repository, runs no verify.
     checked = lw(tmp_path, *submit, "--verify", "make test -k api", "goal")

@@ -38,9 +38,7 @@ def check_patterns(patterns) -> list[str]:
     long or holds a line break or a NUL (a verify never does)."""
     for pattern in patterns:
         if not pattern or len(pattern) > MAX_PATTERN or any(c in pattern for c in "\0\r\n"):
-            raise ValueError(
-                f"bad pattern {one_line(pattern)[:80]!r}: one line of up to {MAX_PATTERN} characters"
-            )
+            raise ValueError(f"bad pattern {pattern[:80]!r}: one line of up to {MAX_PATTERN} characters")
     return list(patterns)
 
 
@@ -59,7 +57,8 @@ class Verifies:
             return "this worker runs no verify command: start it with --allow-verify PATTERN"
         if isinstance(verify, str) and any(fnmatchcase(verify, p) for p in self.patterns):
             return None
-        return f"no --allow-verify pattern accepts the verify {one_line(verify)[:200]!r}"
+        shown = verify[:200] if isinstance(verify, str) else verify
+        return f"no --allow-verify pattern accepts the verify {one_line(repr(shown))[:210]}"
 
 
 @dataclass
@@ -147,7 +146,7 @@ class Takers:
                 "verify",
                 f"no live worker accepts this verify ({_plural(n, 'live worker')}, "
                 f"{len(repo_ok)} accepting the repository): start a worker with "
-                f"--allow-verify {shlex.quote(one_line(verify)[:200])}",
+                f"--allow-verify {_suggested(verify)}",
                 "no live worker accepts its verify",
             )
         if any(w.get("account") in (None, account) for w in both):
@@ -167,3 +166,10 @@ def _canonical(repo: str) -> str:
         return allow.normalised(repo)
     except allow.Refused:
         return str(repo)
+
+
+def _suggested(verify) -> str:
+    """A pattern that accepts ``verify``, for the shell: the command itself (a long one cut, with
+    ``*`` for the rest)."""
+    text = one_line(verify)
+    return shlex.quote(text if len(text) <= 200 else text[:200] + "*")
