@@ -60,7 +60,7 @@ DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on", 
 HOWS = ("registry", "worker", "bare")
 NAMES = {
     "registry": "Registry.claim",
-    "worker": "Registry.claim, allowed= (worker)",
+    "worker": "Registry.claim, allowed=, accepts= (worker)",
     "bare": "bare UPDATE ... SKIP LOCKED",
 }
 BEAT_EVERY, BOUNDARY_EVERY = 10.0, 60.0  # seconds of the fleet's time
@@ -118,12 +118,14 @@ def _claim_fn(how: str, url: str, me: str):
 
         return bare, conn
     from loopwright.fleet.allow import Allow
+    from loopwright.fleet.consent import Verifies
     from loopwright.registry import Registry
 
     reg = Registry(PostgresBackend(url, max_size=1))  # a worker's pool, one process: one connection
-    allow = Allow(ALLOW)
+    allow, verifies = Allow(ALLOW), Verifies([])
     allowed = (lambda repo: allow.why_not(repo) is None) if how == "worker" else None
-    return lambda: reg.claim(me, "bench", lease=600.0, allowed=allowed), reg
+    accepts = (lambda row: verifies.why_not(row.get("spec")) is None) if how == "worker" else None
+    return lambda: reg.claim(me, "bench", lease=600.0, allowed=allowed, accepts=accepts), reg
 
 
 def _claimer(inbox, start, end, out) -> None:

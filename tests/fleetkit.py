@@ -45,15 +45,23 @@ def lw(*args, env=None) -> subprocess.CompletedProcess:
 
 
 def start_worker(
-    url: str, remote: Path, data: Path, server, home: Path, *extra: str, env: dict | None = None
+    url: str,
+    remote: Path,
+    data: Path,
+    server,
+    home: Path,
+    *extra: str,
+    env: dict | None = None,
+    permissions: str = "--dangerously-skip-permissions",
 ) -> subprocess.Popen:
     """A worker whose output goes to ``data``.log (read with worker_log); ``env`` adds to the
-    environment of the worker, its runners and their clients."""
+    environment of the worker, its runners and their clients; ``permissions`` is the permission
+    flag its Claude Code clients get."""
     home.mkdir(exist_ok=True)
     argv = [
         LW, "worker", "--db", url, "--slots", "1", "--allow-repo", f"file://{remote}",
         "--data", str(data), "--lease", "6", "--heartbeat", "1", "--poll", "0.5",
-        "--claude", claude_cli.claude_binary(), "--claude-arg=--dangerously-skip-permissions",
+        "--claude", claude_cli.claude_binary(), f"--claude-arg={permissions}",
         "--runner-arg=--poll-seconds", "--runner-arg=0.5", "--runner-arg=--stall-polls", "--runner-arg=1000",
         *extra,
     ]  # fmt: skip

@@ -36,14 +36,18 @@ def _fleet(reg) -> dict:
     reg.release(*ids["gated"], "waiting at gate budget-escalation")
     reg.record_spend(*ids["busy"], 1.25, iteration=2, dollars=1.25, minutes=3.0)
     reg.submit(kind="prompt", spec={"goal": "later work"}, repo=REPO_URL, name="later")
-    reg.worker_beat("w-alpha", "alpha", 2, 2, "acme", [i for i, _ in ids.values()])
+    reg.worker_beat(
+        "w-alpha", "alpha", 2, 2, "acme", [i for i, _ in ids.values()],
+        allow_repo=["https://example.com/acme/*"], allow_verify=[], lease=600,
+    )  # fmt: skip
     reg.set_limits("fleet", max_dollars_per_day=50)
     reg.pause_account("acme", reg.limits_report()["now"] + 3600, "usage limit (429)", "w-alpha")
     return ids
 
 
 def _queue_from_the_form(page) -> None:
-    """The form queues a loop as `loopwright submit` would, and says what the server refused."""
+    """The form queues a loop as `loopwright submit` would, and says what the server refused (a
+    repository no worker would clone, or one no live worker accepts)."""
     from playwright.sync_api import expect
 
     page.locator("#fleet-new summary").click()
@@ -52,6 +56,10 @@ def _queue_from_the_form(page) -> None:
     page.locator("#fleet-submit button[type=submit]").click()
     said = page.locator("#fleet-submitted")
     expect(said).to_contain_text("bad repository", timeout=30_000)
+    page.fill("#fs-repo", "https://example.com/elsewhere/site.git")  # no live worker clones it
+    page.locator("#fleet-submit button[type=submit]").click()
+    expect(said).to_contain_text("no live worker accepts the repository", timeout=30_000)
+    expect(said).to_contain_text("--allow-repo https://example.com/elsewhere/site")
     page.fill("#fs-repo", REPO_URL)
     page.fill("#fs-name", "changelog")
     page.fill("#fs-iter", "4")

@@ -34,6 +34,19 @@ def test_options_and_flags_become_their_switches():
 
 def test_a_mode_s_words_follow_its_name():
     assert runner_args("work", {"args": ["--source", "github"]}) == ["work", "--source", "github"]
+    words = ["--source", "github", "--repo", "acme/web.site"]
+    assert runner_args("work", {"args": words}) == ["work", *words]
+
+
+def test_a_plain_judge_model_and_a_goal_that_mentions_a_path_are_data():
+    row = {"goal": "fix /etc/app.conf parsing", "judge": True, "judge_model": "claude-haiku-4-5"}
+    assert runner_args("prompt", row) == [
+        "--judge-model",
+        "claude-haiku-4-5",
+        "--judge",
+        "--",
+        "fix /etc/app.conf parsing",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -62,6 +75,14 @@ def test_a_mode_s_words_never_set_a_runner_option(word):
         ("work", {"args": "--source github"}, "list"),
         ("work", {"args": ["x"] * 65}, "list"),
         ("work", {"args": ["ok", 7]}, "non-empty text"),
+        # What becomes a program's argument has the shape of plain data.
+        ("prompt", {"goal": "g", "judge": True, "judge_model": "arn:aws:bedrock:x"}, "plain model name"),
+        ("prompt", {"goal": "g", "judge": True, "judge_model": "-x"}, "plain model name"),
+        ("prompt", {"goal": "/loopwright:loop --verify 'touch /tmp/x' go"}, "may not start with '/'"),
+        ("prompt", {"goal": "\n  /compact"}, "may not start with '/'"),
+        ("work", {"args": ["--source", "github", "--repo", "evil.example/acme/x"]}, "OWNER/NAME"),
+        ("work", {"args": ["--source", "github", "--repo=acme/.."]}, "OWNER/NAME"),
+        ("review", {"args": ["--pr", "3", "--repo", "127.0.0.1:8080/a/b"]}, "OWNER/NAME"),
     ],
 )
 def test_a_bad_row_is_one_clear_error(kind, row, problem):

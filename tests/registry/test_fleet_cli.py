@@ -129,21 +129,89 @@ def test_a_worker_needs_an_allow_list_and_a_heartbeat_inside_its_lease(registry_
     assert "--heartbeat must be shorter than --lease" in one_line_error(bad)
     pattern = lw(tmp_path, "worker", "--db", registry_url, "--allow-repo", "https://example.com/a b")
     assert "--allow-repo" in one_line_error(pattern)
+    verify = lw(tmp_path, "worker", "--db", registry_url, "--allow-repo", "https://example.com/*",
+                "--allow-verify", "make\ntest")  # fmt: skip
+    assert "--allow-verify: bad pattern 'make\\ntest'" in one_line_error(verify)
+
+
+def beat(url: str, worker: str, account=None, **policy) -> None:
+    """A worker's heartbeat as `loopwright worker` writes it, with what it accepts."""
+    reg = open_registry(url)
+    try:
+        reg.worker_beat(worker, "alpha", 2, 0, account, [], **policy)
+    finally:
+        reg.close()
 
 
 def test_a_loop_no_worker_would_take_is_queued_with_a_warning(registry_url, tmp_path):
     submit = ("submit", "--db", registry_url, "--repo", "https://example.com/a.git")
     alone = lw(tmp_path, *submit, "--name", "first", "goal")
-    assert alone.returncode == 0 and "no worker has been seen" in alone.stderr
-    reg = open_registry(registry_url)
-    try:
-        reg.worker_beat("w1", "alpha", 2, 0, "team-a", [])
-    finally:
-        reg.close()
+    assert alone.returncode == 0 and "no live worker" in alone.stderr and "until one starts" in alone.stderr
+    beat(registry_url, "w1", "team-a")
     other = lw(tmp_path, *submit, "--name", "second", "--account", "team-b", "goal")
     assert other.returncode == 0 and other.stderr.startswith(
-        "loopwright: warning: no worker runs account team-b"
+        "loopwright: warning: no live worker runs account team-b"
     )
     served = lw(tmp_path, *submit, "--name", "third", "--account", "team-a", "goal")
     assert served.returncode == 0 and served.stderr == ""
     assert sorted(r["name"] for r in queued(registry_url)) == ["first", "second", "third"]
+
+
+def test_a_repository_or_verify_no_live_worker_accepts_is_refused(registry_url, tmp_path):
+    submit = ("submit", "--db", registry_url, "--repo", "https://example.com/acme/a.git")
+    beat(registry_url, "w1", allow_repo=["https://example.com/acme/*"], allow_verify=[], lease=30)
+    beat(
+        registry_url, "w2", allow_repo=["https://example.com/other/*"], allow_verify=["make test*"], lease=30
+    )
+    far = lw(tmp_path, "submit", "--db", registry_url, "--repo", "https://example.com/far/x.git", "goal")
+    assert one_line_error(far) == (
+        "loopwright: error: no live worker accepts the repository https://example.com/far/x "
+        "(2 live workers): start a worker with --allow-repo https://example.com/far/x"
+    )
+    # w2 would run the verify, but not on this repository; w1 takes the repository, runs no verify.
+    checked = lw(tmp_path, *submit, "--verify", "make test -k api", "goal")
+    assert one_line_error(checked) == (
+        "loopwright: error: no live worker accepts this verify (2 live workers, 1 accepting the repository): "
+        "start a worker with --allow-verify 'make test -k api'"
+    )
+    assert queued(registry_url) == []
+    plain = lw(tmp_path, *submit, "--name", "plain", "goal")  # no verify: w1 takes it
+    assert plain.returncode == 0 and plain.stderr == ""
+    beat(registry_url, "w3", allow_repo=["https://example.com/acme/*"], allow_verify=["make test*"], lease=30)
+    assert lw(tmp_path, *submit, "--name", "tested", "--verify", "make test -k api", "goal").returncode == 0
+    assert sorted(r["name"] for r in queued(registry_url)) == ["plain", "tested"]
+
+
+def test_workers_that_stopped_beating_are_not_asked(registry_url, tmp_path):
+    beat(registry_url, "gone", allow_repo=["https://example.com/acme/*"], allow_verify=[], lease=5)
+    reg = open_registry(registry_url)
+    try:
+        with reg.backend.tx() as tx:  # its last beat, 16 s ago: more than three of its 5 s leases
+            tx.run("UPDATE fleet_workers SET beat_at = beat_at - 16")
+    finally:
+        reg.close()
+    out = lw(tmp_path, "submit", "--db", registry_url, "--repo", "https://example.com/far/x.git",
+             "--verify", "make", "goal")  # fmt: skip
+    assert out.returncode == 0 and "warning: no live worker" in out.stderr  # queued for workers to come
+
+
+def test_fleet_ls_says_why_a_queued_loop_waits(registry_url, tmp_path):
+    submit = ("submit", "--db", registry_url, "--repo", "https://example.com/acme/a.git")
+    for name, extra in (
+        ("checked", ["--account", "a", "--verify", "make test"]),
+        ("plain", ["--account", "a"]),
+        ("theirs", ["--account", "b"]),
+    ):
+        assert lw(tmp_path, *submit, "--name", name, *extra, "goal").returncode == 0  # no worker yet
+    listed = lw(tmp_path, "fleet", "ls", "--db", registry_url).stdout
+    assert listed.count("waiting: no live worker ") == 3, listed
+    beat(
+        registry_url, "w1", "a", allow_repo=["https://example.com/acme/*"], allow_verify=["pytest*"], lease=30
+    )
+    lines = {
+        line.split()[0]: line
+        for line in lw(tmp_path, "fleet", "ls", "--db", registry_url).stdout.splitlines()
+    }
+    assert "waiting: no live worker accepts its verify" in lines["checked"]
+    assert "waiting: no live worker runs account b" in lines["theirs"]
+    assert "waiting" not in lines["plain"]

@@ -143,6 +143,25 @@ def test_the_api_refuses_the_hostile_table_by_shape_and_queues_the_rest(monitor)
     assert sorted(r["repo"] for r in monitor.registry.fleet_loops()) == sorted(kept)
 
 
+def test_a_repository_or_verify_no_live_worker_accepts_is_refused(monitor):
+    c, reg = client(monitor), monitor.registry
+    alone = submit(c, name="early", verify="make test")  # no worker yet: queued, with a warning
+    assert alone.status_code == 201 and "no live worker" in alone.json()["warning"]
+    reg.worker_beat(
+        "w-1", "alpha", 2, 0, None, [], allow_repo=["https://example.com/acme/*"], allow_verify=[]
+    )
+    far = c.post("/api/loops", json={"repo": "https://example.com/far/x.git", "goal": "g"})
+    assert far.status_code == 409 and far.json()["error"] == (
+        "no live worker accepts the repository https://example.com/far/x (1 live worker): "
+        "start a worker with --allow-repo https://example.com/far/x"
+    )
+    checked = submit(c, verify="make test")
+    assert checked.status_code == 409 and checked.json()["error"].endswith("--allow-verify 'make test'")
+    plain = submit(c, name="plain")
+    assert plain.status_code == 201 and "warning" not in plain.json()
+    assert sorted(r["name"] for r in reg.fleet_loops()) == ["early", "plain"]
+
+
 def test_unknown_loops_are_404(monitor):
     c = client(monitor)
     for method, path in (

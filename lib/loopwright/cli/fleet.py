@@ -91,6 +91,7 @@ def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **r
     from loopwright.core.termsafe import one_line
     from loopwright.fleet import allow
     from loopwright.fleet import spec as specs
+    from loopwright.fleet.consent import Takers
     from loopwright.registry import RegistryError
 
     kind = words[0] if words[0] in MODES else "prompt"
@@ -113,37 +114,24 @@ def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **r
         taken = [n for n in names if n is not None and reg.fleet_loop(n) is not None]
         if taken:
             fail(f"a fleet loop named {taken[0]} exists already: choose another --name")
+        unserved = Takers(reg.workers()).unserved(repo, spec, account)
+        if unserved and unserved.refuses:
+            fail(unserved.line)
         rows = [
             reg.submit(kind=kind, spec=spec, repo=repo, branch=branch, account=account, tags=tags, name=n)
             for n in names
         ]
-        unserved = _unserved(reg.workers(), account)
     except RegistryError as exc:
         fail(str(exc))
     finally:
         reg.close()
     if unserved:
-        click.echo(f"loopwright: warning: {unserved}", err=True)
+        click.echo(f"loopwright: warning: {unserved.line}", err=True)
     if as_json:
         return echo_json(rows if parallel is not None else rows[0])
     for row in rows:
         where = f"on {repo} → branch {row['work_branch']}"
         echo(f"queued fleet loop {row['name']} ({kind}) {where} (id {row['id']})")
-
-
-def _unserved(workers: list[dict], account: str) -> str | None:
-    """Why no worker would claim a loop of ``account`` now (it waits in the queue), or None.
-    Workers seen in the last ten minutes count; one started without --account takes any."""
-    live = [w for w in workers if float(w.get("age") or 0) < 600]
-    if not live:
-        return "no worker has been seen in the last ten minutes: the loop waits until one starts"
-    if any(w.get("account") in (None, account) for w in live):
-        return None
-    served = ", ".join(sorted({str(w["account"]) for w in live}))
-    return (
-        f"no worker runs account {account}'s loops (the workers take: {served}): the loop waits "
-        f"until a worker starts with --account {account} or without --account"
-    )
 
 
 def _names(name: str | None, parallel: int | None) -> list:
@@ -171,6 +159,14 @@ def _names(name: str | None, parallel: int | None) -> list:
     metavar="PATTERN",
     help="A repository this worker may clone (a glob: 'https://github.com/acme/*'); repeatable; required.",
 )
+@click.option(
+    "--allow-verify",
+    "allow_verify",
+    multiple=True,
+    metavar="PATTERN",
+    help="A loop's --verify command this worker may run (a glob over the whole command: 'make test*'); "
+    "repeatable; default none (loops with a verify wait for a worker that allows it).",
+)
 @click.option("--account", help="Only loops of this account.")
 @click.option("--name", help="This worker's name (default: <host>-<random>).")
 @click.option("--host", help="The host name shown for it (default: this machine's).")
@@ -186,13 +182,16 @@ def _names(name: str | None, parallel: int | None) -> list:
 )
 @click.option("--runner-arg", "runner_args", multiple=True, hidden=True, help="Passed to `loopwright run`.")
 def worker(
-    url, slots, allow, account, name, host, data, lease, heartbeat, poll, claude_bin, claude_args, runner_args
-):
+    url, slots, allow, allow_verify, account, name, host, data, lease, heartbeat, poll, claude_bin,
+    claude_args, runner_args,
+):  # fmt: skip
     """Run this machine's share of the fleet: claim up to --slots loops whose repository
-    --allow-repo accepts, drive each with the headless runner in a clone under --data, push its
-    branch after every iteration. SIGTERM drains (each loop finishes its iteration, then goes
-    back to the queue); a second SIGTERM hands every loop back at once."""
+    --allow-repo accepts (and whose verify command, if any, --allow-verify accepts), drive each
+    with the headless runner in a clone under --data, push its branch after every iteration.
+    SIGTERM drains (each loop finishes its iteration, then goes back to the queue); a second
+    SIGTERM hands every loop back at once."""
     from loopwright.fleet.allow import Allow
+    from loopwright.fleet.consent import check_patterns
     from loopwright.fleet.worker import Options, Worker
 
     if not allow:
@@ -203,13 +202,17 @@ def worker(
         Allow(list(allow))
     except ValueError as exc:
         fail(f"--allow-repo: {exc}")
+    try:
+        check_patterns(allow_verify)
+    except ValueError as exc:
+        fail(f"--allow-verify: {exc}")
     if not 0 < heartbeat < lease:
         fail("--heartbeat must be shorter than --lease (a claim must be renewed before it runs out)")
     options = [*(["--claude", claude_bin] if claude_bin else []), *(f"--claude-arg={a}" for a in claude_args)]
     where = Path(data) if data else _default_data()
     opts = Options(
         slots, list(allow), where, name=name, host=host, account=account, lease=lease, heartbeat=heartbeat,
-        poll=poll, runner_options=(*options, *runner_args),
+        poll=poll, runner_options=(*options, *runner_args), allow_verify=allow_verify,
     )  # fmt: skip
     reg = registry(url)
     try:
@@ -241,6 +244,7 @@ def ls(url, status, as_json) -> None:
     reg = registry(url)
     try:
         rows = reg.fleet_loops(status)
+        waiting = _waiting(reg, rows) if not as_json else {}
     finally:
         reg.close()
     if as_json:
@@ -249,11 +253,28 @@ def ls(url, status, as_json) -> None:
 
     for r in rows:
         where = f" on {one_line(r['host'] or '')}" if r.get("worker") else ""
+        said = r["outcome"] or waiting.get(r["id"]) or ""
         echo(
             f"{r['name']:<14} {r['status']:<12} it {r['iteration']:<4} ${float(r['dollars'] or 0):.2f} "
-            f"{one_line(r['outcome'] or '')}{where}  {one_line(first_line(goal_of(r)))[:60]}  "
+            f"{one_line(said)}{where}  {one_line(first_line(goal_of(r)))[:60]}  "
             f"({one_line(r['repo'])[:50]})"
         )
+
+
+def _waiting(reg, rows: list[dict]) -> dict:
+    """Why each queued loop waits, by id, when no live worker would take it (its repository,
+    verify or account), read from what the workers publish."""
+    queued = [r for r in rows if r["status"] == "queued"]
+    if not queued:
+        return {}
+    from loopwright.fleet.consent import Takers
+
+    takers, why = Takers(reg.workers()), {}
+    for r in queued:
+        unserved = takers.unserved(r["repo"], r["spec"], r["account"])
+        if unserved:
+            why[r["id"]] = f"waiting: {unserved.short}"
+    return why
 
 
 @fleet.command("workers")

@@ -5,10 +5,17 @@ unchecked: the kind must be a mode, limits numbers in range, text printable and 
 the goal or the mode's words go after the runner's own options (a goal is one argument after
 ``--``; a mode's words are parsed by the mode as its own command line, never by a shell).
 Notifiers are not taken from the database (a ``command:`` notifier would run anything on every
-worker): a worker notifies as its own ``--notify`` says.
+worker): a worker notifies as its own ``--notify`` says. A ``verify`` is a shell command: a worker
+runs it only when its own ``--allow-verify`` accepts it (fleet/consent.py). Whatever else becomes
+a program's argument has the shape of plain data: a judge model is a model's name (not a
+provider's path or address), a goal never starts with ``/`` (the runner and Claude Code would
+read it as a command line, which could set a verify), and a GitHub repository in a mode's words
+is OWNER/NAME (the host is the worker's: gh sends its token there).
 """
 
 from __future__ import annotations
+
+import re
 
 from loopwright.core.errors import UserError
 
@@ -23,6 +30,8 @@ LIMITS = {
 }
 TEXT = {"completion_promise": 200, "verify": 4000, "judge_model": 128}
 FLAGS = ("judge", "wrap_up")
+MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # claude-haiku-4-5, haiku
+GITHUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/(?!\.\.?\Z)[A-Za-z0-9._-]+\Z")  # OWNER/NAME
 MODES = ("work", "review", "task")
 # `loopwright run`'s own options (tests/fleet/test_spec.py keeps this equal to the command): a
 # mode's words follow them on the same command line, and must never set one (--claude would
@@ -79,6 +88,12 @@ def _option_args(spec: dict) -> list[str]:
     for key, limit in TEXT.items():
         if spec.get(key) is not None:
             args += [f"--{key.replace('_', '-')}", _text(spec[key], key, limit)]
+    model = spec.get("judge_model")
+    if model is not None and not MODEL.match(model):
+        raise SpecError(
+            f"judge_model {model[:60]!r} is not a plain model name (letters, digits, '.', '_', '-'; "
+            "e.g. claude-haiku-4-5 or haiku)"
+        )
     for key in FLAGS:
         value = spec.get(key)
         if value is None:
@@ -97,7 +112,13 @@ def runner_args(kind: str, spec) -> list[str]:
     args = _limit_args(spec.get("limits")) + _option_args(spec)
     backlog_of(kind, spec)
     if kind == "prompt":
-        return [*args, "--", _text(spec.get("goal"), "the goal", MAX_GOAL, one_line=False)]
+        goal = _text(spec.get("goal"), "the goal", MAX_GOAL, one_line=False)
+        if goal.lstrip().startswith("/"):
+            raise SpecError(
+                "a fleet loop's goal may not start with '/' (it would be read as a command line): "
+                "reword it, or submit a mode (submit work|review|task …)"
+            )
+        return [*args, "--", goal]
     if kind not in MODES:
         raise SpecError(f"unknown kind {kind!r}: prompt, {', '.join(MODES)}")
     words = spec.get("args") or []
@@ -107,7 +128,25 @@ def runner_args(kind: str, spec) -> list[str]:
         _text(word, "a mode's word", 4000)
         if word.split("=", 1)[0] in RUN_OPTIONS:
             raise SpecError(f"a mode's words may not set the runner's own option {word.split('=', 1)[0]}")
+    _github_repos(words)
     return [*args, kind, *words]
+
+
+def _github_repos(words: list[str]) -> None:
+    """A mode's ``--repo`` (the GitHub repository gh reads and writes) is OWNER/NAME: a host in
+    it would send the worker's GitHub token to a host the row chose."""
+    for i, word in enumerate(words):
+        if word == "--repo" and i + 1 < len(words):
+            value = words[i + 1]
+        elif word.startswith("--repo="):
+            value = word.partition("=")[2]
+        else:
+            continue
+        if not GITHUB_REPO.match(value):
+            raise SpecError(
+                f"--repo {value[:80]!r} in a mode's words: give OWNER/NAME (a GitHub host is the worker's "
+                "own: github.com or its $GH_HOST)"
+            )
 
 
 def backlog_of(kind: str, spec) -> str | None:

@@ -1,8 +1,9 @@
 """`loopwright worker`: this machine's share of the fleet.
 
 The worker claims up to ``slots`` loops from the shared queue, each whose repository its
-allow-list accepts, and drives each in a Slot (fleet/slot.py). It wakes when the database says
-a loop became claimable or was asked to stop (LISTEN/NOTIFY), and polls besides, so a lost
+allow-list accepts and whose verify command, if it has one, its --allow-verify accepts, and
+drives each in a Slot (fleet/slot.py). It wakes when the database says a loop became
+claimable or was asked to stop (LISTEN/NOTIFY), and polls besides, so a lost
 notification delays work by seconds, not forever. It beats into the database with its slots
 and loops, for the page. The first SIGTERM (or Ctrl-C) drains: each loop finishes the
 iteration under way, is pushed and handed back; a second one stops every loop now and hands
@@ -23,6 +24,7 @@ from pathlib import Path
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.fleet.allow import Allow
+from loopwright.fleet.consent import Verifies
 from loopwright.fleet.slot import Slot
 from loopwright.registry import LeaseLost, RegistryError
 from loopwright.registry.queue import CONTROL_CHANNEL, QUEUE_CHANNEL
@@ -44,6 +46,7 @@ class Options:
         heartbeat: float = 10.0,
         poll: float = 5.0,
         runner_options: tuple = (),
+        allow_verify: tuple = (),
     ) -> None:
         self.slots, self.allow, self.data = slots, allow, Path(data)
         self.host = host or socket.gethostname()
@@ -51,12 +54,14 @@ class Options:
         self.account = account
         self.lease, self.heartbeat, self.poll = lease, heartbeat, poll
         self.runner_options = tuple(runner_options)
+        self.allow_verify = list(allow_verify)
 
 
 class Worker:
     def __init__(self, registry, opts: Options, out=sys.stdout) -> None:
         self.registry, self.opts, self.out = registry, opts, out
         self.allow = Allow(opts.allow)
+        self.verifies = Verifies(opts.allow_verify)
         self.data = opts.data
         self.work_root = self.data / "work"
         for d in (self.data, self.work_root, self.data / "logs"):
@@ -67,6 +72,7 @@ class Worker:
         self.slots: dict[str, Slot] = {}
         self.signals = 0
         self.refused: set[str] = set()  # repositories whose refusal was logged (once each)
+        self.declined: set[str] = set()  # loops whose verify was refused and logged (once each)
         self._out_lock = threading.Lock()
 
     def log(self, event: str, **fields) -> None:
@@ -83,7 +89,10 @@ class Worker:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         listener = self.registry.listener((QUEUE_CHANNEL, CONTROL_CHANNEL))
-        self.log("started", host=self.opts.host, slots=self.opts.slots, allow=self.opts.allow)
+        self.log(
+            "started", host=self.opts.host, slots=self.opts.slots, allow=self.opts.allow,
+            allow_verify=self.opts.allow_verify,
+        )  # fmt: skip
         next_beat, next_look, handled, look = 0.0, 0.0, 0, True
         try:
             while True:
@@ -117,6 +126,7 @@ class Worker:
                     self.opts.host,
                     lease=self.lease,
                     allowed=self._allowed,
+                    accepts=self._accepts,
                     accounts=[self.opts.account] if self.opts.account else None,
                 )
             except RegistryError as exc:
@@ -132,6 +142,15 @@ class Worker:
         if why and repo not in self.refused:
             self.refused.add(repo)
             self.log("refused", repo=repo[:300], reason=why)
+        return why is None
+
+    def _accepts(self, row: dict) -> bool:
+        """Whether this worker may run what the loop's spec asks beyond its repository (its
+        verify: a shell command the row's writer chose)."""
+        why = self.verifies.why_not(row.get("spec"))
+        if why and row["id"] not in self.declined:
+            self.declined.add(row["id"])
+            self.log("refused", loop=str(row.get("name"))[:80], reason=why)
         return why is None
 
     def _reap(self) -> bool:
@@ -186,6 +205,9 @@ class Worker:
                 len(self.slots),
                 self.opts.account,
                 list(self.slots),
+                allow_repo=self.opts.allow,
+                allow_verify=self.opts.allow_verify,
+                lease=self.lease,
             )
         except RegistryError as exc:
             self.log("database", error=str(exc))

@@ -140,6 +140,15 @@ CREATE TABLE IF NOT EXISTS fleet_items (
 CREATE INDEX IF NOT EXISTS fleet_items_loop ON fleet_items (loop_id)
 """
 
+# What each worker accepts (issue 26): its --allow-repo and --allow-verify patterns (JSON lists)
+# and its lease, written at every heartbeat, so that `submit` can refuse a loop no live worker
+# would take. NULL is a worker that does not say (taken to accept anything: it is advice).
+WORKER_POLICY = """
+ALTER TABLE fleet_workers ADD COLUMN allow_repo TEXT;
+ALTER TABLE fleet_workers ADD COLUMN allow_verify TEXT;
+ALTER TABLE fleet_workers ADD COLUMN lease {real}
+"""
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
@@ -147,6 +156,7 @@ STEPS = [
     (2, "fleet", {d: FLEET.replace("{serial}", s) for d, s in SERIAL.items()}, None),
     (3, "limits", LIMITS, None),
     (4, "items", ITEMS, None),
+    (5, "worker_policy", WORKER_POLICY, None),
 ]
 
 

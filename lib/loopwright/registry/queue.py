@@ -58,8 +58,12 @@ AT_ONCE = (
     "WHERE id = (SELECT id FROM ({head}) AS h LIMIT 1) AND NOT (worker IS NOT NULL AND failovers >= %s)"
     "{known}" + UNLIMITED + " RETURNING fleet_loops.*"
 )
+# A claim that asks ``accepts`` about each loop (a worker's --allow-verify) takes at once only a
+# loop whose spec cannot hold a verify: no "verify" key in its text, and no \u escape that could
+# spell one. Every other loop is asked about in claim()'s own transaction.
+PLAIN_SPEC = " AND position('\"verify\"' in spec) = 0 AND position(chr(92) || 'u' in spec) = 0"
 MEMO_REPOS = 1000  # repositories a worker's allow-list is remembered to allow, at most
-_AT_ONCE_SQL: dict[tuple, str] = {}  # by (accounts, repositories: 0, 1 or more)
+_AT_ONCE_SQL: dict[tuple, str] = {}  # by (accounts, repositories: 0, 1 or more, asks about loops)
 
 FIND = " FROM fleet_loops WHERE id = %s OR name = %s ORDER BY CASE WHEN id = %s THEN 0 ELSE 1 END LIMIT 1"
 TAKE = (
@@ -194,45 +198,55 @@ class Queue:
             self.backend.notify(tx, QUEUE_CHANNEL, row["id"])
             return loop_row(tx.one("SELECT * FROM fleet_loops WHERE id = %s", (row["id"],)))
 
-    def claim(self, worker: str, host: str, *, lease=30.0, allowed=None, accounts=None) -> dict | None:
+    def claim(
+        self, worker: str, host: str, *, lease=30.0, allowed=None, accounts=None, accepts=None
+    ) -> dict | None:
         """The loop this worker takes next, under a lease of ``lease`` seconds: one whose lease
         expired (a failover), else the oldest queued. ``allowed(repo)`` skips a loop this
         worker may not run, leaving it to others (for as long as it lives it answers the same
-        for a repository: the ones it allowed are remembered); ``accounts`` limits the accounts
-        taken."""
+        for a repository: the ones it allowed are remembered); ``accepts(row)`` skips one for
+        what its spec asks of the worker (a verify), and must accept a spec without a verify
+        (PLAIN_SPEC); ``accounts`` limits the accounts taken."""
         if accounts is not None and not accounts:
             return None
-        taken = self._claim_at_once(worker, host, float(lease), allowed, accounts)
+        taken = self._claim_at_once(worker, host, float(lease), allowed, accounts, accepts is not None)
         if taken is not None:
             return taken
         with self.backend.tx() as tx:
             # Fleet limits and account pauses (limits.py), checked in the claim's transaction.
             gate = self.claim_gate(tx)
-            batch = 1 if allowed is None and not gate.sifts else BATCH
+            batch = 1 if allowed is None and accepts is None and not gate.sifts else BATCH
             for row in self._claimable(tx, batch, accounts, gate.where):
                 if row["worker"] is not None and row["failovers"] >= MAX_FAILOVERS:
                     self._end_failed_over(tx, row)
-                elif (allowed is None or allowed(row["repo"])) and gate.admits(tx, row):
+                elif (
+                    (allowed is None or allowed(row["repo"]))
+                    and (accepts is None or accepts(loop_row(row)))
+                    and gate.admits(tx, row)
+                ):
                     if allowed is not None:
                         self._repos_allowed(allowed).add(row["repo"])
                     return self._take(tx, row, worker, host, float(lease))
         return None
 
-    def _claim_at_once(self, worker: str, host: str, lease: float, allowed, accounts) -> dict | None:
+    def _claim_at_once(
+        self, worker: str, host: str, lease: float, allowed, accounts, asks: bool
+    ) -> dict | None:
         """The usual claim as one statement, on PostgreSQL (bench/bench_fleet.py): the first
         claimable row is taken when no fleet limit nor account pause is in force, it is not at
-        its failover limit and this worker allowed its repository before. Else nothing is
-        taken (None), and :meth:`claim` looks at each row in a transaction."""
+        its failover limit, this worker allowed its repository before and, when the worker
+        ``asks`` about loops, its spec holds no verify. Else nothing is taken (None), and
+        :meth:`claim` looks at each row in a transaction."""
         repos = self._repos_allowed(allowed)
         if self.backend.dialect != "postgres" or (repos is not None and not repos):
             return None
         accounts = () if accounts is None else tuple(accounts)
         # A worker's one repository is a text parameter (an array costs more to send).
         known = () if repos is None else (next(iter(repos)),) if len(repos) == 1 else (sorted(repos),)
-        shape = (len(accounts), len(known) and min(len(repos), 2))
+        shape = (len(accounts), len(known) and min(len(repos), 2), asks)
         if shape not in _AT_ONCE_SQL:  # the statement's text depends on its shape alone
             head, _ = self._page(FIRST_PAGES, 1, accounts, columns="id, seq")
-            where = ("", " AND repo = %s", " AND repo = ANY(%s)")[shape[1]]
+            where = ("", " AND repo = %s", " AND repo = ANY(%s)")[shape[1]] + (PLAIN_SPEC if asks else "")
             _AT_ONCE_SQL[shape] = AT_ONCE.replace("{head}", head).replace("{known}", where)
         heads = accounts * len(FIRST_PAGES)  # the accounts again in each kind's read
         rows = self.backend.once(_AT_ONCE_SQL[shape], (worker, host, lease, *heads, MAX_FAILOVERS, *known))

@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from loopwright.fleet import allow
 from loopwright.fleet import spec as specs
+from loopwright.fleet.consent import Takers
 from loopwright.registry import RegistryError
 from loopwright.serve.fleetwatch import detail, slim, snapshot
 from loopwright.serve.requests import ApiError, body, count
@@ -164,17 +165,26 @@ async def submit(request: Request, data: dict):
         name = data.get("name")
         if isinstance(name, str) and m.registry.fleet_loop(name) is not None:
             raise ApiError(409, f"a fleet loop named {name} exists already: choose another name")
+        # A repository or verify no live worker accepts is refused, as by `loopwright submit`.
+        repo = data.get("repo")
+        unserved = (
+            Takers(m.registry.workers()).unserved(repo, spec, account) if isinstance(repo, str) else None
+        )
+        if unserved and unserved.refuses:
+            raise ApiError(409, unserved.line)
         try:
-            return m.registry.submit(
-                kind=kind, spec=spec, repo=data.get("repo"), branch=data.get("branch"),
+            row = m.registry.submit(
+                kind=kind, spec=spec, repo=repo, branch=data.get("branch"),
                 account=account, tags=tags, name=name,
             )  # fmt: skip
         except RegistryError as exc:
             raise ApiError(400, str(exc)) from None
+        return row, unserved
 
-    row = await run_in_threadpool(queue)
+    row, unserved = await run_in_threadpool(queue)
     m.fleet.changed()
-    return JSONResponse({"loop": slim(row)}, status_code=201)
+    warning = {"warning": unserved.line} if unserved else {}
+    return JSONResponse({"loop": slim(row), **warning}, status_code=201)
 
 
 ROUTES = [
