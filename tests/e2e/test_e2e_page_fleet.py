@@ -113,7 +113,7 @@ def _rows_queue_spend_and_worker(page) -> None:
 
     gated = page.locator('tr[data-fleet-loop="gated"]')
     expect(gated.locator("td.host")).to_have_text("alpha")
-    expect(gated.locator("td.status")).to_have_text("waiting for an answer")
+    expect(gated.locator("td.status")).to_have_text("needs an answer")
     expect(gated.locator("div.gate .gate-q")).to_have_text("budget-escalation: Spend <b>more</b>?")
     busy = page.locator('tr[data-fleet-loop="busy"]')
     expect(busy.locator("td.iteration")).to_have_text("2")

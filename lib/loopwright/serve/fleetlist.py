@@ -19,7 +19,7 @@ const fleet = {data: null, got: 0, goals: new Map(), open: new Set(), tl: null, 
   raise: null, confirm: null};
 const PAGE_SIZE = 30;
 const SUCCESSES = __SUCCESSES__, PERSON_STOPS = __PERSON_STOPS__;
-const STATE_WORDS = {gate: 'waiting for an answer', failed: 'failed', running: 'running', stuck: 'stuck',
+const STATE_WORDS = {gate: 'needs an answer', failed: 'failed', running: 'running', stuck: 'stuck',
   queued: 'queued', done: 'ended'};
 const RANK = {gate: 0, failed: 1, running: 2, stuck: 3, queued: 4, done: 5};
 const STATUS_CHIPS = [['all', 'all'], ['gate', 'waiting'], ['failed', 'failed'], ['running', 'running'],

@@ -44,11 +44,12 @@ CSS = """
  #fleet-said:empty { display: none; } #fleet-said, .raise-error, .cause, #ftl-cause { color: #b00; }
  #fleet-table { table-layout: fixed; }
  #fleet-table td { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; padding: .25rem .4rem; }
- #fleet-table th:nth-child(1) { width: 8.5em; } #fleet-table th:nth-child(3) { width: 11em; }
+ #fleet-table th:nth-child(1) { width: 10em; } #fleet-table th:nth-child(3) { width: 10em; }
  #fleet-table th:nth-child(4) { width: 6.5em; } #fleet-table th:nth-child(5) { width: 4.5em; }
- #fleet-table th:nth-child(6) { width: 10.5em; } #fleet-table th:nth-child(7) { width: 4.5em; }
- #fleet-table th:nth-child(8) { width: 2.6em; } #fleet-table th:nth-child(9) { width: 12.5em; }
- #fleet-table td.name .line, .cause, .why-stuck { overflow: hidden; text-overflow: ellipsis; }
+ #fleet-table th:nth-child(6) { width: 12em; } #fleet-table th:nth-child(7) { width: 4.5em; }
+ #fleet-table th:nth-child(8) { width: 2.6em; } #fleet-table th:nth-child(9) { width: 16em; }
+ #fleet-table td.name .line { overflow: hidden; text-overflow: ellipsis; }
+ #fleet-table .cause { white-space: normal; overflow-wrap: anywhere; }  /* a failure's cause whole */
  .fleet-goal { color: #555; } details.fleet-goal { display: inline; }
  details.fleet-goal summary { display: inline; cursor: pointer; } details.fleet-goal[open] { display: block; }
  .fleet-goal pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2rem 0; }
@@ -56,10 +57,10 @@ CSS = """
  tr.st-gate { background: #fffaf0; } tr.st-gate td.status, tr.st-stuck td.status, .why-stuck { color: #a50; }
  tr.st-running td.status { color: #075; } tr.st-done td.status { color: #555; }
  .gate { white-space: normal; margin-top: .15rem; } .gate-q { color: #7a4100; margin-right: .4rem; }
- .gate button, td.actions button { margin: .1rem .25rem .1rem 0; }
+ .gate button, td.actions button { margin: .1rem .25rem .1rem 0; font-size: .85rem; padding: .1rem .45rem; }
  .raise { display: inline-flex; flex-wrap: wrap; gap: .25rem .4rem; align-items: center; }
  .raise input { width: 7em; } .confirm-q { white-space: normal; margin-right: .3rem; }
- td.actions { white-space: normal !important; }
+ #fleet-table td.actions { overflow: visible; } #fleet-table td.confirming { white-space: normal; }
  .bar { display: inline-block; width: 3.2em; height: .55em; background: #e4e4e4; border-radius: .3em;
    margin-right: .3rem; overflow: hidden; vertical-align: middle; }
  .bar > span { display: block; height: 100%; background: #48c; } .bar.hot > span { background: #d70; }
@@ -77,7 +78,7 @@ CSS = """
   #fleet-table td { display: inline-block; border: 0; padding: .1rem 0; margin-right: .7rem; max-width: 100%;
     white-space: normal; vertical-align: middle; }
   #fleet-table td.name, #fleet-table td.actions { display: block; margin-right: 0; }
-  #fleet-table td.name .line, .cause, .why-stuck { white-space: normal; overflow-wrap: anywhere; }
+  #fleet-table td.name .line { white-space: normal; overflow-wrap: anywhere; }
   #fleet-submit { grid-template-columns: 1fr; } #fleet-submitted { grid-column: 1; }
   .pickers select { max-width: 8.5em; }
  }

@@ -43,12 +43,15 @@ function fleetGoal(l) {
 }
 function nameCell(l) {
   const td = el('td', null, 'name'), line = el('div', null, 'line');
-  line.append(el('strong', l.name), ' ', fleetGoal(l));
+  line.append(el('strong', l.name), ' ');
+  if (l.state === 'stuck') {  // why first, on the one line: the goal is the loop's, the reason the fleet's
+    const why = el('span', l.stuck, 'why-stuck'); why.title = text(l.stuck);
+    line.append(why, ' · ');
+  }
+  line.appendChild(fleetGoal(l));
   td.appendChild(line);
   if (l.state === 'failed') td.appendChild(el('div', l.cause || l.outcome, 'cause'));
-  if (l.state === 'stuck') td.appendChild(el('div', l.stuck, 'why-stuck'));
   if (l.state === 'gate' && l.gate) td.appendChild(gateBox(l));
-  for (const div of td.querySelectorAll('.cause, .why-stuck')) div.title = div.textContent;
   return td;
 }
 function spendCell(l, lim) {
@@ -74,7 +77,7 @@ function fleetRow(l) {
   tr.dataset.state = l.state;
   const st = el('td', stateWord(l), 'status'); st.title = [l.outcome, l.reason].filter(Boolean).join(': ');
   tr.append(st, nameCell(l));
-  const repo = el('td', shortRepo(l.repo) + ' · ' + (l.branch || 'default'), 'repo');
+  const repo = el('td', shortRepo(l.repo) + (l.branch ? ' · ' + l.branch : ''), 'repo');
   repo.title = text(l.repo) + ' → ' + text(l.work_branch);
   const lim = l.limits || {}, of = lim.max_iterations ? '/' + lim.max_iterations : '';
   const since = l.state === 'failed' || l.state === 'done' ? (l.ended_at || l.created_at) : l.created_at;
@@ -98,6 +101,7 @@ function actions(l) {
   act.appendChild(t);
   if (l.status === 'ended') return act;
   if (fleet.confirm === l.id) {
+    act.classList.add('confirming');
     const yes = el('button', 'Yes, cancel it', 'confirm-yes'), no = el('button', 'No', 'confirm-no');
     yes.onclick = async () => {
       fleet.confirm = null;
