@@ -1,8 +1,8 @@
 """The monitor's live page: every loop, its goal, progress and spend, waiting gates with
 their answers, links to its report and handoff, a timeline of its iterations, and a Stop
 button per run. It updates from the server-sent events stream. A loop this user's
-loopwright did not sign shows only its name and why it is not trusted. The fleet's loops and
-workers have a section of their own (fleetpage.py).
+loopwright did not sign shows only its name and why it is not trusted. On a fleet's monitor the
+fleet comes first (fleetpage.py) and this machine's loops show only when there are some.
 
 Everything the agent or a file wrote (goals, reasons, gate questions) is put on the page
 with textContent, never as HTML. State-changing calls carry the page's CSRF token."""
