@@ -41,7 +41,7 @@ function fleetGoal(l) {
   };
   return d;
 }
-function nameCell(l) {
+function fleetNameCell(l) {
   const td = el('td', null, 'name'), line = el('div', null, 'line');
   line.append(el('strong', l.name), ' ');
   if (l.state === 'stuck') {  // why first, on the one line: the goal is the loop's, the reason the fleet's
@@ -76,7 +76,7 @@ function fleetRow(l) {
   const tr = el('tr', null, 'st-' + l.state); tr.dataset.fleetLoop = l.name; tr.dataset.id = l.id;
   tr.dataset.state = l.state;
   const st = el('td', stateWord(l), 'status'); st.title = [l.outcome, l.reason].filter(Boolean).join(': ');
-  tr.append(st, nameCell(l));
+  tr.append(st, fleetNameCell(l));
   const repo = el('td', shortRepo(l.repo) + (l.branch ? ' · ' + l.branch : ''), 'repo');
   repo.title = text(l.repo) + ' → ' + text(l.work_branch);
   const lim = l.limits || {}, of = lim.max_iterations ? '/' + lim.max_iterations : '';
