@@ -290,3 +290,32 @@ def _cancel(page, reg) -> None:
     assert reg.fleet_loop("q00")["outcome"] == "CANCELLED"
     page.locator('#fleet-status button[data-status="done"]').click()  # ended loops sort last: here it is
     expect(row.locator("td.status")).to_have_text("cancelled")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
+def test_a_monitor_with_nothing_to_show_says_so(project, tmp_path):
+    """No fleet (the embedded database, empty) and no loop here: one line says so, no table."""
+    from playwright.sync_api import expect, sync_playwright
+
+    cmd = [str(REPO / "bin" / "loopwright"), "-C", str(project), "serve", "--port", "0"]
+    monitor = subprocess.Popen(
+        cmd, env=lw_env(XDG_DATA_HOME=str(tmp_path / "data")), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        login = next(line.split("open ")[1].split()[0] for line in monitor.stdout if "/login?code=" in line)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(login)
+            page.locator("#sign-in").click()
+            expect(page.locator("#local-none")).to_have_text(
+                "No local loops in the projects this monitor serves."
+            )
+            expect(page.locator("table")).to_have_count(3)  # the local one, the fleet's, the timeline's
+            for table in page.locator("table").all():
+                expect(table).to_be_hidden()
+            expect(page.locator("#fleet")).to_be_hidden()
+            browser.close()
+    finally:
+        monitor.terminate()
+        monitor.wait(timeout=30)
