@@ -94,14 +94,17 @@ def test_the_fleet_section_shows_loops_a_worker_and_answers_a_gate(pg_url, proje
             _queue_from_the_form(page)
             gated = page.locator('tr[data-fleet-loop="gated"]')
             gated.locator('div.gate button[data-answer="continue"]').click()
-            expect(gated.locator("td.status")).to_have_text("queued", timeout=30_000)
+            # queued again, on an account that is paused: stuck until the pause ends
+            expect(gated.locator("td.status")).to_have_text("stuck", timeout=30_000)
+            expect(gated.locator(".why-stuck")).to_contain_text("account acme is paused until")
             expect(gated.locator("div.gate")).to_have_count(0)
             page.locator('tr[data-fleet-loop="busy"] button.stop').click()
             busy = page.locator('tr[data-fleet-loop="busy"] td.status')
             expect(busy).to_have_text("running (stop asked)", timeout=30_000)
             later = page.locator('tr[data-fleet-loop="later"]')
             later.locator("button.cancel").click()
-            expect(later.locator("td.outcome")).to_contain_text("CANCELLED", timeout=30_000)
+            later.locator("button.confirm-yes").click()
+            expect(later.locator("td.status")).to_have_text("cancelled", timeout=30_000)
             expect(later.locator("button")).to_have_count(1)  # its timeline; no Stop or Cancel now
             browser.close()
     finally:
@@ -118,22 +121,22 @@ def _rows_queue_spend_and_worker(page) -> None:
 
     gated = page.locator('tr[data-fleet-loop="gated"]')
     expect(gated.locator("td.host")).to_have_text("alpha")
-    expect(gated.locator("td.status")).to_have_text("waiting for an answer")
-    expect(gated.locator("div.gate > div")).to_have_text("budget-escalation: Spend <b>more</b>?")
+    expect(gated.locator("td.status")).to_have_text("needs an answer")
+    expect(gated.locator("div.gate .gate-q")).to_have_text("budget-escalation: Spend <b>more</b>?")
     busy = page.locator('tr[data-fleet-loop="busy"]')
     expect(busy.locator("td.iteration")).to_have_text("2")
-    expect(busy.locator("td.spend")).to_have_text("$1.25 · 3.0 min")
-    expect(page.locator('#fleet-queue span[data-status="queued"]')).to_have_text("1 queued")
-    expect(page.locator('#fleet-queue span[data-status="waiting_gate"]')).to_have_text(
-        "1 waiting for an answer"
-    )
+    expect(busy.locator("td.spend")).to_have_text("$1.25")
+    expect(page.locator('#fleet-status button[data-status="queued"] .n')).to_have_text("1")
+    expect(page.locator('#fleet-status button[data-status="gate"] .n')).to_have_text("1")
     expect(page.locator("#fleet-spend")).to_contain_text("$1.25 of $50.00")
     expect(page.locator('.pause[data-account="acme"]')).to_contain_text("usage limit (429)")
-    worker = page.locator('tr[data-worker="w-alpha"]')
-    expect(worker.locator("td.host")).to_have_text("alpha")
-    expect(worker.locator("td.slots")).to_have_text("2/2")
-    expect(worker.locator("td.account")).to_have_text("acme")
-    expect(worker.locator("td.beat")).to_contain_text("s ago")
+    worker = page.locator('li[data-worker="w-alpha"]')
+    expect(worker).to_have_attribute("data-state", "alive")
+    expect(worker.locator(".host")).to_have_text("alpha")
+    expect(worker.locator(".slots")).to_have_text("2/2 slots")
+    expect(worker.locator(".account")).to_have_text("account acme")
+    expect(worker.locator(".beat")).to_contain_text("s ago")
+    expect(worker.locator(".holds")).to_have_text("holds busy")
 
 
 def _goal_as_text(page) -> None:
@@ -156,7 +159,7 @@ def _live_iteration_and_timeline(page, reg, busy) -> None:
     reg.progress(*busy, iteration=3)
     expect(row.locator("td.iteration")).to_have_text("3", timeout=30_000)
     row.locator("button.timeline").click()
-    rows = page.locator("#ftl-rows tr")
+    rows = page.locator("#ftl-rows li")
     expect(rows).to_have_count(1, timeout=30_000)
     expect(rows.first).to_have_attribute("data-iteration", "3")
     expect(rows.first).to_contain_text("$0.2500")

@@ -79,3 +79,61 @@ def test_a_stop_from_the_api_reaches_the_worker_and_ends_the_loop(pg_url, projec
     finally:
         monitor.fleet.stop()
         reg.close()
+
+
+def test_a_raise_from_the_api_reaches_the_loop_on_its_next_worker(pg_url, project, tmp_path):
+    """A fleet loop waits at its budget gate (asked at 16 of 20 iterations, unanswered for three
+    turns): `raise` with a new ceiling of 30 is what the loop runs under when a worker takes it
+    again: it goes past the old ceiling and asks again at the new one's 80% (24 of 30); the
+    answer is in its timeline with who gave it."""
+    remote = make_remote(tmp_path)
+    reg = open_registry(pg_url)
+    monitor = api.Monitor([project], reg, NoRuns(), TOKEN)
+    c = TestClient(
+        api.make_app(monitor), client=("127.0.0.1", 50000), headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    made = c.post(
+        "/api/loops", json={"repo": f"file://{remote}", "goal": "tidy", "name": "tidy", "max_iterations": 20}
+    )
+    assert made.status_code == 201, made.text
+
+    def at_gate(iteration):
+        row = reg.fleet_loop("tidy")
+        return (row["status"] == "waiting_gate" and row["iteration"] >= iteration) or row["status"] == "ended"
+
+    try:
+        with fakeapi.ScriptedServer([], default=fakeapi.text("More tidying.")) as server:
+            worker = start_worker(pg_url, remote, tmp_path / "w1", server, tmp_path / "home")
+            try:
+                wait_for(lambda: at_gate(16), "the budget gate", within=300, every=0.3, proc=worker)
+                first = reg.fleet_loop("tidy")
+                assert first["status"] == "waiting_gate", (
+                    first["outcome"],
+                    first["reason"],
+                    worker_log(worker),
+                )
+                gate = first["gate"]
+                assert gate["name"] == "budget-escalation" and gate["dimensions"] == ["iterations"]
+                asked = c.post(
+                    "/api/fleet/tidy/gate", json={"answer": "raise", "raise_to": {"max_iterations": 30}}
+                )
+                assert asked.status_code == 200, asked.text
+                wait_for(
+                    lambda: at_gate(24), "the gate at the new ceiling", within=300, every=0.3, proc=worker
+                )
+            finally:
+                log = stop_worker(worker)
+        row = reg.fleet_loop("tidy")
+        assert row["status"] == "waiting_gate" and 24 <= row["iteration"] < 30, (row["outcome"], log)
+        assert row["spec"]["limits"] == {"max_iterations": 30}
+        answered = [e["data"] for e in reg.events(row["id"]) if e["kind"] == "gate"]
+        (one,) = answered
+        assert (one["gate"], one["answer"], one["question"]) == (
+            "budget-escalation",
+            "raise",
+            gate["question"],
+        )
+        assert one["by"] == "api" and one["user"] and one["raised"] == {"max_iterations": [20, 30]}
+    finally:
+        monitor.fleet.stop()
+        reg.close()

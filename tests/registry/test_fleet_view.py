@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from loopwright.core import attention
 from loopwright.registry.queue import CONTROL_CHANNEL, PROGRESS_CHANNEL
 from waiting import wait_for
 
@@ -74,3 +75,63 @@ def test_a_workers_progress_is_notified_on_postgresql(reg, registry_url):
         assert heard == [(PROGRESS_CHANNEL, row["id"])] * 4 + [(CONTROL_CHANNEL, last["id"])]
     finally:
         listener.close()
+
+
+def test_the_counts_name_the_failures_as_the_page_does(reg):
+    outcomes = ["LOOP_DONE", "CANCELLED", "STOPPED:user_stop", "GATE_STOP:judge", "MAX_ITERATIONS",
+                "STOPPED:stall_limit", "BUDGET_EXHAUSTED:fleet_dollars", ""]  # fmt: skip
+    for i, outcome in enumerate(outcomes):
+        submit(reg, f"l{i}")
+        row = reg.claim("w", "h")
+        reg.finish(row["id"], row["generation"], outcome, "why")
+    submit(reg, "waiting")
+    counts = reg.fleet_counts()
+    assert counts == {"queued": 1, "running": 0, "waiting_gate": 0, "ended": 8, "failed": 4}
+    assert counts["failed"] == sum(attention.failed(o) for o in outcomes)
+
+
+def test_the_page_holds_the_most_pressing_loops_first(reg):
+    """Held loops first (oldest first), then the newest failures, the queue's head, the newest
+    of the rest; however many queued loops came after a running one."""
+    for name in ("done", "failed", "gated", "busy"):
+        submit(reg, name)
+        row = reg.claim("w", "h")
+        if name in ("done", "failed"):
+            reg.finish(row["id"], row["generation"], "LOOP_DONE" if name == "done" else "MAX_ITERATIONS", "")
+        if name == "gated":
+            reg.progress(row["id"], row["generation"], status="waiting_gate", gate={"name": "judge"})
+            reg.release(row["id"], row["generation"], "waiting at gate judge")
+    for i in range(6):
+        submit(reg, f"q{i}")
+    names = [r["name"] for r in reg.page_loops(limit=20)]
+    assert names == ["gated", "busy", "failed", "q0", "q1", "q2", "q3", "q4", "q5", "done"]
+    assert [r["name"] for r in reg.page_loops(limit=4)] == ["gated", "busy", "failed", "q0"]
+    assert reg.page_loops(limit=2)[0]["spec"] == {"goal": "g"}  # rows as fleet_loops gives them
+
+
+def test_the_mark_changes_when_a_worker_goes_quiet(reg):
+    reg.worker_beat("w", "h", 2, 0, None, [])
+    before = reg.fleet_mark()
+    with reg.backend.tx() as tx:  # its last beat, long ago (no waiting a minute for it)
+        tx.run("UPDATE fleet_workers SET beat_at = beat_at - %s", (attention.STALE_AFTER + 1,))
+    assert reg.fleet_mark() != before
+
+
+def test_a_gate_answer_raises_the_ceiling_and_goes_into_the_timeline(reg):
+    submit(reg, "gated")
+    row = reg.claim("w", "h", lease=60)
+    reg.progress(row["id"], row["generation"], status="waiting_gate", gate={"name": "budget-escalation"})
+    reg.release(row["id"], row["generation"], "waiting at gate budget-escalation")
+    seen = reg.fleet_loop("gated")
+    spec = {"goal": "g", "limits": {"max_dollars": 9}}
+    done = reg.record_gate_answer(
+        seen, "raise", "page", user="ann", spec=spec, raised={"max_dollars": [5, 9]}
+    )
+    assert done["status"] == "queued" and done["spec"] == spec
+    assert (done["gate"]["answer"], done["gate"]["by"], done["gate"]["user"]) == ("raise", "page", "ann")
+    (event,) = reg.events(row["id"])
+    assert event["kind"] == "gate" and event["generation"] == row["generation"]
+    assert event["data"] == {"gate": "budget-escalation", "question": None, "answer": "raise", "by": "page",
+                             "user": "ann", "raised": {"max_dollars": [5, 9]}}  # fmt: skip
+    assert reg.record_gate_answer(seen, "stop", "page") is None  # the row moved on since it was read
+    assert reg.fleet_loop("gated")["gate"]["answer"] == "raise"

@@ -244,3 +244,83 @@ def test_the_fleet_api_keeps_the_rules_of_the_rest(monitor):
         api.make_app(monitor), client=("10.0.0.2", 50000), headers={"Authorization": f"Bearer {TOKEN}"}
     )
     assert far.get("/api/fleet").status_code == 403
+
+
+def budget_gate(reg, name, dollars=4.2, max_dollars=5):
+    """``name`` (submitted with a $``max_dollars`` ceiling) waits at its budget-escalation gate."""
+    row = held(reg, name)
+    reg.progress(row["id"], row["generation"], dollars=dollars, iteration=3, status="waiting_gate", gate={
+        "name": "budget-escalation", "question": f"Approaching dollars (${dollars}/${max_dollars}).",
+        "options": ["continue", "raise", "stop"], "dimensions": ["dollars"],
+    })  # fmt: skip
+    reg.release(row["id"], row["generation"], "waiting at gate budget-escalation")
+    return row
+
+
+def test_raise_asks_for_a_ceiling_above_the_one_it_has_and_applies_it(monitor):
+    c, reg = client(monitor), monitor.registry
+    submit(c, name="pricey", max_dollars=5, max_iterations=20)
+    row = budget_gate(reg, "pricey")
+    for bad, words in (
+        ({"answer": "raise", "raise_to": {"max_dollars": 5}}, "above the ceiling it has ($5.00)"),
+        ({"answer": "raise", "raise_to": {"max_dollars": 4}}, "above the ceiling it has"),
+        ({"answer": "raise", "raise_to": {"max_dollars": "lots"}}, "must be a number"),
+        ({"answer": "raise", "raise_to": {"max_dollars": 2_000_000}}, "max_dollars must be between"),
+        ({"answer": "raise", "raise_to": {"max_iterations": 40}}, "not a ceiling this gate asks about"),
+        ({"answer": "raise", "raise_to": [9]}, "raise_to goes only with"),
+        ({"answer": "continue", "raise_to": {"max_dollars": 9}}, "raise_to goes only with"),
+    ):
+        res = c.post("/api/fleet/pricey/gate", json=bad)
+        assert res.status_code == 400 and words in res.json()["error"], (bad, res.text)
+    assert reg.fleet_loop("pricey")["status"] == "waiting_gate"  # nothing refused changed it
+    done = c.post("/api/fleet/pricey/gate", json={"answer": "raise", "raise_to": {"max_dollars": 9.5}})
+    assert done.status_code == 200, done.text
+    after = reg.fleet_loop("pricey")
+    assert after["status"] == "queued" and after["spec"]["limits"] == {
+        "max_dollars": 9.5,
+        "max_iterations": 20,
+    }
+    assert (after["gate"]["answer"], after["gate"]["by"], after["gate"]["raised"]) == (
+        "raise", "api", {"max_dollars": [5, 9.5]},
+    )  # fmt: skip
+    (event,) = c.get("/api/fleet/pricey/events").json()["events"]
+    assert event["kind"] == "gate" and event["generation"] == row["generation"]
+    assert event["data"]["answer"] == "raise" and event["data"]["raised"] == {"max_dollars": [5, 9.5]}
+    assert event["data"]["user"] and event["data"]["by"] == "api"  # who answered, and how
+
+
+def test_raise_with_no_ceiling_given_raises_by_half(monitor):
+    c, reg = client(monitor), monitor.registry
+    submit(c, name="pricey", max_dollars=5)
+    budget_gate(reg, "pricey")
+    assert c.post("/api/fleet/pricey/gate", json={"answer": "raise"}).status_code == 200
+    assert reg.fleet_loop("pricey")["spec"]["limits"] == {"max_dollars": 7.5}
+
+
+def test_the_fleet_says_what_needs_the_operator(monitor):
+    c, reg = client(monitor), monitor.registry
+    for name in ("gated", "broke", "busy"):
+        submit(c, name=name, account="acme" if name == "gated" else "default")
+    waiting_at_gate(reg, "gated")
+    broke = held(reg, "broke")
+    reg.finish(broke["id"], broke["generation"], "STOPPED:stall_limit", "the client exited (code 1)")
+    held(reg, "busy")
+    submit(c, name="waits", account="acme")
+    reg.worker_beat("w-1", "alpha", 2, 1, None, [])
+    reg.worker_beat("w-2", "beta", 1, 0, None, [])
+    with reg.backend.tx() as tx:
+        tx.run("UPDATE fleet_workers SET beat_at = beat_at - 120 WHERE worker = 'w-2'")
+    reg.pause_account("acme", reg.limits_report()["now"] + 3600, "usage limit (429)", "w-1")
+    fleet = c.get("/api/fleet").json()
+    assert fleet["attention"] == {"gates": 1, "failed": 1, "stuck": 1, "workers": 1}
+    assert fleet["failed"] == 1 and fleet["queue"]["ended"] == 1
+    loops = {r["name"]: r for r in fleet["loops"]}
+    assert [r["name"] for r in fleet["loops"]] == ["gated", "busy", "broke", "waits"]  # most pressing first
+    assert (
+        loops["broke"]["failed"]
+        and loops["broke"]["cause"] == "STOPPED:stall_limit: the client exited (code 1)"
+    )
+    assert loops["waits"]["stuck"].startswith("account acme is paused until")
+    assert not loops["busy"]["failed"] and loops["busy"]["stuck"] is None
+    states = {w["worker"]: (w["state"], w["holds"]) for w in fleet["workers"]}
+    assert states == {"w-1": ("alive", ["busy"]), "w-2": ("stale", [])}

@@ -10,6 +10,9 @@ does not look changed every few seconds.
 
 from __future__ import annotations
 
+from loopwright.core.attention import STALE_AFTER, STOPPED_AFTER, failure_sql
+from loopwright.registry.queue import loop_row
+
 STATUSES = ("queued", "running", "waiting_gate", "ended")
 
 _COUNT = ", ".join(f"SUM(CASE WHEN status = '{s}' THEN 1 ELSE 0 END) AS {s}" for s in STATUSES)
@@ -27,9 +30,27 @@ MARK = (
     "(SELECT MAX(updated_at) FROM fleet_limits) AS limits_at, "
     "(SELECT COUNT(*) FROM account_pauses WHERE until > {now}) AS pauses, "
     "(SELECT MAX(at) FROM account_pauses) AS paused_at, "
-    "(SELECT COALESCE(SUM(dollars), 0) FROM fleet_spend) AS spend "
+    "(SELECT COALESCE(SUM(dollars), 0) FROM fleet_spend) AS spend, "
+    # A worker going quiet changes what the page says of it (and of the loops it could take).
+    f"(SELECT COUNT(*) FROM fleet_workers WHERE {{now}} - beat_at >= {STALE_AFTER}) AS stale, "
+    f"(SELECT COUNT(*) FROM fleet_workers WHERE {{now}} - beat_at >= {STOPPED_AFTER}) AS gone "
     "FROM fleet_loops"
 )
+FAILED = failure_sql()
+COUNTS = (
+    f"SELECT status, COUNT(*) AS n, SUM(CASE WHEN status = 'ended' AND {FAILED} THEN 1 ELSE 0 END) AS failed "
+    "FROM fleet_loops GROUP BY status"
+)
+# The loops a page holds, most pressing first, each part read in the order of an index (status,
+# created_at): the held ones (oldest first), the newest failures, the queue's head (the loops
+# claimed next, and those stuck), then the newest of the rest.
+PAGE_PARTS = (
+    "WHERE status IN ('waiting_gate', 'running') ORDER BY created_at, seq",
+    f"WHERE status = 'ended' AND {FAILED} ORDER BY created_at DESC, seq DESC",
+    "WHERE status = 'queued' ORDER BY created_at, seq",
+    f"WHERE status = 'ended' AND NOT {FAILED} ORDER BY created_at DESC, seq DESC",
+)
+FAILURES_SHOWN = 0.2  # of the rows a page holds, at most this share for failures
 
 
 class FleetView:
@@ -43,6 +64,32 @@ class FleetView:
         for row in rows:  # a status someone wrote by hand is counted under its own name
             counts[str(row["status"])] = int(row["n"])
         return counts
+
+    def fleet_counts(self) -> dict:
+        """:meth:`queue_counts`, and ``failed``: the ended loops whose outcome is a failure
+        (core/attention.py says which)."""
+        with self.backend.tx() as tx:
+            rows = tx.rows(COUNTS)
+        counts = dict.fromkeys((*STATUSES, "failed"), 0)
+        for row in rows:
+            counts[str(row["status"])] = int(row["n"])
+            counts["failed"] += int(row["failed"] or 0)
+        return counts
+
+    def page_loops(self, limit: int = 500) -> list[dict]:
+        """At most ``limit`` loops, most pressing first (PAGE_PARTS): every held loop the
+        limit has room for, failures up to a fifth of it, then the queue and the rest."""
+        out: list[dict] = []
+        with self.backend.tx() as tx:
+            for part in PAGE_PARTS:
+                room = limit - len(out)
+                if part is PAGE_PARTS[1]:
+                    room = min(room, max(1, int(limit * FAILURES_SHOWN)))
+                if room > 0:
+                    out += [
+                        loop_row(r) for r in tx.rows(f"SELECT * FROM fleet_loops {part} LIMIT %s", (room,))
+                    ]
+        return out
 
     def fleet_mark(self) -> tuple:
         """A value that differs whenever what the monitor's page shows of the fleet changed."""

@@ -247,17 +247,17 @@ async def events(request: Request):
         wake = m.fleet.subscribe()
         try:
             while not await request.is_disconnected():
-                if time.monotonic() - looked >= 1.0:
-                    looked, now = time.monotonic(), await _loops_text(m)
-                    if now is not None and now != last:
-                        last = now
-                        yield f"event: loops\ndata: {now}\n\n"
-                if m.fleet.version != sent:
+                if m.fleet.version != sent:  # first: on a fleet's monitor it is most of the page
                     try:
                         sent, fleet = await asyncio.to_thread(m.fleet.current)
                         yield f"event: fleet\ndata: {fleet}\n\n"
                     except RegistryError:
                         sent = m.fleet.version  # the database is away: its next change comes
+                if time.monotonic() - looked >= 1.0:
+                    looked, now = time.monotonic(), await _loops_text(m)
+                    if now is not None and now != last:
+                        last = now
+                        yield f"event: loops\ndata: {now}\n\n"
                 await wake.wait(1.0)
         finally:
             m.fleet.unsubscribe(wake)

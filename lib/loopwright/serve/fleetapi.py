@@ -8,11 +8,15 @@ the event loop that serves the page's stream."""
 
 from __future__ import annotations
 
+import getpass
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from loopwright.core import raising
+from loopwright.core.gates import BUDGET_ESCALATION
 from loopwright.fleet import allow
 from loopwright.fleet import spec as specs
 from loopwright.fleet.consent import Takers
@@ -87,31 +91,60 @@ def _steer(what: str):
 
 async def fleet_gate(request: Request):
     """Answers the gate the loop waits at: it is queued again, to go on with whichever worker
-    claims it next. The answer must be one of the gate's options when the gate names them."""
+    claims it next. The answer must be one of the gate's options when the gate names them;
+    ``raise`` (budget-escalation) takes the new ceilings in ``raise_to`` ({"max_dollars": 20}),
+    or raises each by half as much again, and they hold from the next claim on. The answer goes
+    into the loop's timeline with who gave it."""
     m = request.app.state.monitor
     data = await body(request)
     answer = data.get("answer")
     if not isinstance(answer, str) or not answer.strip() or len(answer) > MAX_ANSWER:
         raise ApiError(400, f"give the answer (up to {MAX_ANSWER} characters): one of the gate's options")
+    raise_to = data.get("raise_to")
+    if raise_to is not None and (not isinstance(raise_to, dict) or answer != "raise"):
+        raise ApiError(400, 'raise_to goes only with the answer "raise", as {"max_dollars": 20}')
     by = "api" if request.headers.get("authorization") else "page"
 
     def reply():
         row = _row(m, request)
-        gate = row.get("gate") if isinstance(row.get("gate"), dict) else {}
-        if row["status"] != "waiting_gate" or gate.get("answer"):
-            raise ApiError(409, f"no gate waits in fleet loop {row['name']} (it is {row['status']})")
-        options = gate.get("options")
-        if isinstance(options, list) and options and answer not in options:
-            shown = ", ".join(str(o) for o in options)[:300]
-            raise ApiError(400, f"{answer!r} is not an option of gate {gate.get('name')}: {shown}")
-        done = m.registry.answer_gate(row["id"], answer, by)
-        if done is None:  # answered or stopped meanwhile
-            raise ApiError(409, f"the gate of fleet loop {row['name']} no longer waits")
+        spec, raised = _answerable(row, answer, raise_to)
+        done = m.registry.record_gate_answer(row, answer, by, user=_user(), spec=spec, raised=raised)
+        if done is None:  # answered, stopped or moved on meanwhile
+            raise ApiError(409, f"the gate of fleet loop {row['name']} no longer waits as it did: look again")
         return done
 
     row = await run_in_threadpool(reply)
     m.fleet.changed()
     return JSONResponse({"answered": answer, "loop": slim(row)})
+
+
+def _answerable(row: dict, answer: str, raise_to: dict | None) -> tuple[dict | None, dict | None]:
+    """The loop's new spec and the ceilings raised (both None but for a raise) when ``answer``
+    may be given to the gate ``row`` waits at; ApiError otherwise."""
+    gate = row.get("gate") if isinstance(row.get("gate"), dict) else {}
+    if row["status"] != "waiting_gate" or gate.get("answer"):
+        raise ApiError(409, f"no gate waits in fleet loop {row['name']} (it is {row['status']})")
+    options = gate.get("options")
+    if isinstance(options, list) and options and answer not in options:
+        shown = ", ".join(str(o) for o in options)[:300]
+        raise ApiError(400, f"{answer!r} is not an option of gate {gate.get('name')}: {shown}")
+    if answer != "raise" or gate.get("name") != BUDGET_ESCALATION:
+        return None, None
+    try:
+        limits, raised = raising.raised(row, gate, raise_to)
+        spec = dict(row.get("spec") if isinstance(row.get("spec"), dict) else {}, limits=limits)
+        specs.runner_args(row["kind"], spec)  # a ceiling a worker would refuse is refused now
+    except (raising.RaiseError, specs.SpecError) as exc:
+        raise ApiError(400, str(exc)) from None
+    return spec, raised
+
+
+def _user() -> str | None:
+    """Who answers from this monitor: the user it runs as (the page and the token are theirs)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid
+        return None
 
 
 def _fleet_spec(data: dict) -> tuple[str, dict]:

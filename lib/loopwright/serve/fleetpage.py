@@ -1,8 +1,9 @@
-"""The Fleet section of the monitor's page (page.py puts it in): every fleet loop with its host,
-status, iteration, spend, outcome and goal's first line (the whole goal on demand), a waiting
-gate with its answers, Stop and Cancel; the queue's counts; the workers with their slots, last
-heartbeat and account; the fleet's spend today against its cap and each account's pause; a
-loop's timeline on demand, a bounded slice at a time.
+"""The Fleet section of the monitor's page (page.py puts it first): an operator's view of the
+fleet. At the top what needs them (gates waiting, failed loops, loops stuck in the queue with the
+reason, stale or stopped workers; each a count that filters the list), then the workers with
+their state and the loops each holds, then the loops, most pressing first, filtered, searched and
+paged (fleetlist.py), one line each (fleetrows.py), with a loop's timeline on demand and a form
+that queues a loop. At 390 px wide the rows become cards: nothing scrolls sideways.
 
 It shows when the monitor's database is a server (PostgreSQL) one, a fleet's, or when the
 SQLite one holds any fleet loop or worker. It updates from the page's one event stream
@@ -12,27 +13,115 @@ textContent only, and into URLs through encodeURIComponent."""
 
 from __future__ import annotations
 
+from loopwright.serve import fleetlist, fleetrows
+
 CSS = """
- #fleet { margin-top: 1.5rem; } #fleet h2, #fleet h3 { font-size: 1.05rem; }
- #fleet-summary span, #fleet-summary div { margin-right: .9rem; }
- .pause { color: #b60; } .fleet-goal { max-width: 32em; overflow-wrap: anywhere; color: #444; }
- .fleet-goal pre, #ftl-rows td { white-space: pre-wrap; overflow-wrap: anywhere; }
- .reason { color: #666; font-size: .85rem; overflow-wrap: anywhere; }
+ #fleet h2 { font-size: 1.05rem; margin: 1rem 0 .4rem; } .quiet { color: #666; font-weight: normal; }
+ #attention { display: flex; flex-wrap: wrap; gap: .5rem; margin: .4rem 0 .8rem; }
+ .att { border: 1px solid #999; border-radius: 1rem; padding: .3rem .8rem; background: #fff; cursor: pointer;
+   text-align: left; max-width: 100%; }
+ .att-n { font-weight: bold; } .att-why { display: block; font-size: .8rem; overflow-wrap: anywhere; }
+ .att-gates { border-color: #b60; color: #7a4100; background: #fff4dc; }
+ .att-failed { border-color: #c00; color: #a00; background: #fdecec; }
+ .att-stuck { border-color: #b60; color: #7a4100; background: #fffaf0; }
+ .att-workers { border-color: #c00; color: #a00; background: #fff; }
+ .att[aria-pressed=true], .chip[aria-pressed=true] { box-shadow: inset 0 0 0 2px #333; }
+ .att-ok { color: #075; }
+ #fleet-workers { list-style: none; padding: 0; margin: .2rem 0; display: flex; flex-wrap: wrap; gap: .4rem; }
+ #fleet-workers li { border: 1px solid #cde; border-radius: .4rem; padding: .2rem .5rem; font-size: .85rem;
+   max-width: 100%; overflow-wrap: anywhere; }
+ #fleet-workers li > * { margin-right: .45rem; } .wstate { font-weight: bold; color: #075; }
+ li.w-stale { border-color: #b60; background: #fff6e0; } li.w-stale .wstate { color: #a50; }
+ li.w-stopped { border-color: #c00; background: #fdecec; } li.w-stopped .wstate { color: #b00; }
+ #fleet-spend span { margin-right: .9rem; } #fleet-spend, #fleet-pauses { font-size: .85rem; }
+ .pause { color: #a50; }
+ #fleet-filters { display: flex; flex-wrap: wrap; gap: .4rem .8rem; align-items: center;
+   margin-bottom: .4rem; }
+ #fleet-status { display: flex; flex-wrap: wrap; gap: .3rem; }
+ .chip { border: 1px solid #bbb; border-radius: .8rem; background: #f6f6f6; padding: .15rem .55rem; }
+ .pickers { display: flex; flex-wrap: wrap; gap: .3rem; } .pickers select { max-width: 11em; }
+ #ff-search { width: 16em; max-width: 100%; }
+ #fleet-said:empty { display: none; } #fleet-said, .raise-error, .cause, #ftl-cause { color: #b00; }
+ #fleet-table { table-layout: fixed; }
+ #fleet-table td { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; padding: .25rem .4rem; }
+ #fleet-table th:nth-child(1) { width: 10em; } #fleet-table th:nth-child(3) { width: 10em; }
+ #fleet-table th:nth-child(4) { width: 6.5em; } #fleet-table th:nth-child(5) { width: 4.5em; }
+ #fleet-table th:nth-child(6) { width: 12em; } #fleet-table th:nth-child(7) { width: 4.5em; }
+ #fleet-table th:nth-child(8) { width: 2.6em; } #fleet-table th:nth-child(9) { width: 16em; }
+ #fleet-table td.name .line { overflow: hidden; text-overflow: ellipsis; }
+ #fleet-table .cause { white-space: normal; overflow-wrap: anywhere; }  /* a failure's cause whole */
+ .fleet-goal { color: #555; } details.fleet-goal { display: inline; }
+ details.fleet-goal summary { display: inline; cursor: pointer; } details.fleet-goal[open] { display: block; }
+ .fleet-goal pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2rem 0; }
+ tr.st-failed { background: #fff4f4; } tr.st-failed td.status { color: #b00; font-weight: bold; }
+ tr.st-gate { background: #fffaf0; } tr.st-gate td.status, tr.st-stuck td.status, .why-stuck { color: #a50; }
+ tr.st-running td.status { color: #075; } tr.st-done td.status { color: #555; }
+ .gate { white-space: normal; margin-top: .15rem; } .gate-q { color: #7a4100; margin-right: .4rem; }
+ .gate button, td.actions button { margin: .1rem .25rem .1rem 0; font-size: .85rem; padding: .1rem .45rem; }
+ .raise { display: inline-flex; flex-wrap: wrap; gap: .25rem .4rem; align-items: center; }
+ .raise input { width: 7em; } .confirm-q { white-space: normal; margin-right: .3rem; }
+ #fleet-table td.actions { overflow: visible; } #fleet-table td.confirming { white-space: normal; }
+ .bar { display: inline-block; width: 3.2em; height: .55em; background: #e4e4e4; border-radius: .3em;
+   margin-right: .3rem; overflow: hidden; vertical-align: middle; }
+ .bar > span { display: block; height: 100%; background: #48c; } .bar.hot > span { background: #d70; }
+ #fleet-pager { margin: .4rem 0; } #fleet-pager button { margin: 0 .4rem; }
+ #ftl-rows { list-style: none; padding: 0; margin: .3rem 0; font-size: .9rem; }
+ #ftl-rows li { padding: .15rem 0; border-bottom: 1px solid #eee; overflow-wrap: anywhere; }
+ #ftl-rows li > span { margin-right: .5rem; } #ftl-rows .at, #ftl-rows .gen { color: #777; }
+ #ftl-rows li.failed { color: #b00; }
  #fleet-submit { display: grid; grid-template-columns: max-content 1fr; gap: .3rem .6rem; max-width: 48em; }
  #fleet-submit textarea { min-height: 4em; } #fleet-submitted { grid-column: 2; }
+ @media (max-width: 760px) {
+  #fleet-table thead { display: none; }
+  #fleet-table, #fleet-table tbody, #fleet-table tr { display: block; width: auto; }
+  #fleet-table tr { border: 1px solid #ddd; border-radius: .4rem; margin: .4rem 0; padding: .3rem .5rem; }
+  #fleet-table td { display: inline-block; border: 0; padding: .1rem 0; margin-right: .7rem; max-width: 100%;
+    white-space: normal; vertical-align: middle; }
+  #fleet-table td.name, #fleet-table td.actions { display: block; margin-right: 0; }
+  #fleet-table td.name .line { white-space: normal; overflow-wrap: anywhere; }
+  #fleet-submit { grid-template-columns: 1fr; } #fleet-submitted { grid-column: 1; }
+  .pickers select { max-width: 8.5em; }
+ }
 """
 
 HTML = """
 <section id="fleet" hidden>
- <h2>Fleet</h2>
- <div id="fleet-summary"><div id="fleet-queue"></div><div id="fleet-spend"></div>
- <div id="fleet-pauses"></div></div>
- <table>
-  <thead><tr><th>loop</th><th>host</th><th>status</th><th>iteration</th><th>spend</th><th>outcome</th>
-  <th></th></tr></thead>
-  <tbody id="fleet-loops"></tbody>
- </table>
- <p id="fleet-more" hidden></p>
+ <div id="attention" aria-label="what needs you"></div>
+ <section id="fleet-workers-box">
+  <h2>Workers <span id="fleet-workers-sum" class="quiet"></span></h2>
+  <ul id="fleet-workers"></ul>
+  <div id="fleet-spend"></div>
+  <div id="fleet-pauses"></div>
+ </section>
+ <section id="fleet-list">
+  <h2>Fleet loops</h2>
+  <div id="fleet-filters">
+   <div id="fleet-status" role="group" aria-label="status"></div>
+   <div class="pickers">
+    <select id="ff-host" aria-label="host"></select>
+    <select id="ff-account" aria-label="account"></select>
+    <select id="ff-tag" aria-label="tag"></select>
+    <input id="ff-search" type="search" placeholder="search name, goal, repo, cause" aria-label="search">
+   </div>
+  </div>
+  <p id="fleet-said" role="alert"></p>
+  <table id="fleet-table">
+   <thead><tr><th>state</th><th>loop</th><th>repository</th><th>host</th><th>iter.</th><th>spend</th>
+   <th>age</th><th title="failovers">↻</th><th></th></tr></thead>
+   <tbody id="fleet-loops"></tbody>
+  </table>
+  <p id="fleet-empty" hidden></p>
+  <div id="fleet-pager" hidden><button id="fp-prev" type="button">‹ previous</button>
+   <span id="fp-where"></span><button id="fp-next" type="button">next ›</button></div>
+  <p id="fleet-more" class="quiet" hidden></p>
+ </section>
+ <section id="fleet-timeline" hidden>
+  <h2>timeline of fleet loop <span id="ftl-name"></span>
+   <button id="ftl-close" type="button">close</button></h2>
+  <p id="ftl-cause" hidden></p>
+  <ol id="ftl-rows"></ol>
+  <button id="ftl-more" type="button" hidden>more</button>
+ </section>
  <details id="fleet-new"><summary>Queue a loop</summary>
   <form id="fleet-submit">
    <label for="fs-repo">repository</label><input id="fs-repo" name="repo" required
@@ -48,232 +137,7 @@ HTML = """
    <span></span><span id="fleet-submitted" role="status"></span>
   </form>
  </details>
- <h3>Workers</h3>
- <table>
-  <thead><tr><th>host</th><th>worker</th><th>slots used</th><th>last heartbeat</th><th>account</th>
-  </tr></thead>
-  <tbody id="fleet-workers"></tbody>
- </table>
- <section id="fleet-timeline" hidden>
-  <h3>timeline of fleet loop <span id="ftl-name"></span> <button id="ftl-close">close</button></h3>
-  <table>
-   <thead><tr><th>at (UTC)</th><th>claim</th><th>event</th><th>iteration</th><th>outcome</th><th>spend</th>
-   <th>detail</th></tr></thead>
-   <tbody id="ftl-rows"></tbody>
-  </table>
-  <button id="ftl-more" hidden>more</button>
- </section>
 </section>
 """
 
-JS = """
-const fleet = {data: null, got: 0, goals: new Map(), open: new Set(), tl: null};
-const STATUS_WORDS = {queued: 'queued', running: 'running', waiting_gate: 'waiting for an answer',
-  ended: 'ended'};
-function money(x) { return '$' + Number(x || 0).toFixed(2); }
-function num(x) { const n = Number(x); return Number.isFinite(n) ? n : 0; }
-function fleetPath(id, what) { return '/api/fleet/' + encodeURIComponent(id) + (what ? '/' + what : ''); }
-function dbNow() { return num(fleet.data.now) + (Date.now() - fleet.got) / 1000; }
-function utc(epoch) {
-  const d = new Date(num(epoch) * 1000);
-  return isNaN(d) ? '' : d.toISOString().slice(0, 16).replace('T', ' ') + ' UTC';
-}
-function ago(seconds) {
-  const s = Math.max(0, Math.round(seconds));
-  return s < 120 ? s + 's ago' : Math.round(s / 60) + ' min ago';
-}
-function renderFleet(data) {
-  fleet.data = data; fleet.got = Date.now();
-  document.getElementById('fleet').hidden = !data.show;
-  if (!data.show) return;
-  fleetSummary(data);
-  fleetRows(data.loops || []);
-  const more = document.getElementById('fleet-more');
-  more.hidden = !(data.total > (data.loops || []).length);
-  more.textContent = `the newest ${(data.loops || []).length} of ${data.total} loops are shown`;
-  document.getElementById('fleet-workers').replaceChildren(...(data.workers || []).map(workerRow));
-  if (fleet.tl && !fleet.tl.more) fleetTimelineRead();
-}
-// The first rows go on screen at once, the rest a chunk per frame: a long list never holds the
-// page's first paint (a newer render drops the chunks an older one had left).
-const FIRST_ROWS = 60, ROWS_PER_FRAME = 120;
-function fleetRows(loops) {
-  const body = document.getElementById('fleet-loops'), render = (fleet.render || 0) + 1;
-  fleet.render = render;
-  body.replaceChildren(...loops.slice(0, FIRST_ROWS).map(fleetRow));
-  if (!performance.getEntriesByName('loopwright-fleet-shown').length)
-    performance.mark('loopwright-fleet-shown');  // bench/bench_fleet_page.py reads it
-  let next = FIRST_ROWS;
-  const more = () => {
-    if (fleet.render !== render || next >= loops.length) return;
-    body.append(...loops.slice(next, next + ROWS_PER_FRAME).map(fleetRow));
-    next += ROWS_PER_FRAME;
-    requestAnimationFrame(more);
-  };
-  requestAnimationFrame(more);
-}
-function fleetSummary(data) {
-  const queue = document.getElementById('fleet-queue');
-  queue.replaceChildren(el('strong', 'queue:'));
-  for (const [status, n] of Object.entries(data.queue || {})) {
-    const s = el('span', `${n} ${STATUS_WORDS[status] || status}`); s.dataset.status = status;
-    queue.appendChild(s);
-  }
-  const limits = data.limits || {}, spend = limits.spend || {};
-  const caps = limits.limits || [], own = caps.find(l => l.scope === 'fleet');
-  const capped = own && own.max_dollars_per_day != null;
-  const cap = capped ? ' of ' + money(own.max_dollars_per_day) : ' (no daily cap)';
-  const line = document.getElementById('fleet-spend'), day = limits.day || '';
-  line.replaceChildren(el('span', `fleet spend today (${day} UTC): ${money(spend.fleet)}${cap}`));
-  for (const l of caps.filter(l => l.scope !== 'fleet')) {
-    const parts = [];
-    if (l.max_dollars_per_day != null)
-      parts.push(`${money(l.spent_today)} of ${money(l.max_dollars_per_day)} today`);
-    if (l.max_running != null) parts.push(`${l.running} of ${l.max_running} running`);
-    line.appendChild(el('span', `${l.scope}: ${parts.join(', ')}`));
-  }
-  const pauses = document.getElementById('fleet-pauses');
-  pauses.replaceChildren(...(limits.pauses || []).map(p => {
-    const left = (num(p.until) - num(limits.now)) / 60;
-    const d = el('div', `account ${p.account} paused until ${utc(p.until)} (in ${Math.ceil(left)} min)` +
-      (p.reason ? ': ' + p.reason : ''), 'pause');
-    d.dataset.account = p.account;
-    return d;
-  }));
-}
-function fleetGoal(l) {
-  if (!l.goal_more) return el('div', l.goal, 'fleet-goal');
-  const d = el('details', null, 'fleet-goal'), pre = el('pre', fleet.goals.get(l.id) || '…');
-  d.appendChild(el('summary', l.goal)); d.appendChild(pre);
-  d.open = fleet.open.has(l.id);
-  d.ontoggle = async () => {
-    if (!d.open) { fleet.open.delete(l.id); return; }
-    fleet.open.add(l.id);
-    if (!fleet.goals.has(l.id)) {
-      const res = await fetch(fleetPath(l.id)), got = await res.json();
-      fleet.goals.set(l.id, res.ok ? String(got.loop.goal) : String(got.error));
-    }
-    pre.textContent = fleet.goals.get(l.id);
-  };
-  return d;
-}
-function gateBox(l) {
-  const g = l.gate || {}, box = el('div', null, 'gate'); box.dataset.gate = g.name;
-  box.appendChild(el('div', `${g.name}: ${g.question || ''}`));
-  for (const o of Array.isArray(g.options) ? g.options : []) {
-    const b = el('button', o); b.dataset.answer = o;
-    b.onclick = () => call('POST', fleetPath(l.id, 'gate'), {answer: String(o)});
-    box.appendChild(b);
-  }
-  return box;
-}
-function fleetRow(l) {
-  const tr = el('tr'); tr.dataset.fleetLoop = l.name; tr.dataset.id = l.id;
-  const name = el('td', null, 'name'); name.appendChild(el('strong', l.name));
-  name.appendChild(fleetGoal(l));
-  const t = el('button', 'timeline', 'timeline'); t.onclick = () => fleetTimeline(l);
-  const links = el('div', null, 'links'); links.appendChild(t); name.appendChild(links);
-  tr.appendChild(name);
-  tr.appendChild(el('td', l.host || '', 'host'));
-  const asked = l.control && l.status !== 'ended' ? ` (${l.control} asked)` : '';
-  const word = (STATUS_WORDS[l.status] || l.status) + asked;
-  const cls = {running: 'state-active', ended: 'state-ended'}[l.status] || 'state-waiting';
-  tr.appendChild(el('td', word, 'status ' + cls));
-  const lim = l.limits || {};
-  const of = lim.max_iterations ? '/' + lim.max_iterations : '';
-  tr.appendChild(el('td', `${num(l.iteration)}${of}`, 'iteration'));
-  tr.appendChild(el('td', money(l.dollars) + (lim.max_dollars ? ' / ' + money(lim.max_dollars) : '') +
-    ` · ${num(l.minutes).toFixed(1)} min`, 'spend'));
-  const out = el('td', l.outcome || '', 'outcome');
-  if (l.reason) out.appendChild(el('div', l.reason, 'reason'));
-  tr.appendChild(out);
-  const act = el('td', null, 'actions');
-  if (l.status === 'waiting_gate' && l.gate) act.appendChild(gateBox(l));
-  if (l.status !== 'ended') for (const what of ['stop', 'cancel']) {
-    const b = el('button', what === 'stop' ? 'Stop' : 'Cancel', what);
-    b.onclick = () => call('POST', fleetPath(l.id, what));
-    act.appendChild(b);
-  }
-  tr.appendChild(act);
-  return tr;
-}
-function workerRow(w) {
-  const tr = el('tr'); tr.dataset.worker = w.worker;
-  const beat = el('td', ago(dbNow() - num(w.beat_at)), 'beat'); beat.dataset.beatAt = num(w.beat_at);
-  [[w.host, 'host'], [w.worker, 'worker'], [`${num(w.used)}/${num(w.slots)}`, 'slots']]
-    .forEach(([v, c]) => tr.appendChild(el('td', v, c)));
-  tr.appendChild(beat);
-  tr.appendChild(el('td', w.account || 'any', 'account'));
-  return tr;
-}
-setInterval(() => {  // heartbeat ages tick here: the database is asked only when something changed
-  if (!fleet.data) return;
-  for (const td of document.querySelectorAll('#fleet-workers td.beat'))
-    td.textContent = ago(dbNow() - Number(td.dataset.beatAt));
-}, 1000);
-// A loop's timeline: oldest first, a slice at a time ("more"); new events join while it is open.
-const ftlRows = document.getElementById('ftl-rows'), ftlMore = document.getElementById('ftl-more');
-function ftlRow(e) {
-  const d = e.data && typeof e.data === 'object' ? e.data : {}, tr = el('tr'); tr.dataset.event = e.id;
-  if (d.iteration != null) tr.dataset.iteration = d.iteration;
-  const when = new Date(num(e.at) * 1000);
-  const at = isNaN(when) ? '' : when.toISOString().slice(0, 19).replace('T', ' ');
-  const gates = Array.isArray(d.gates) ? d.gates : [];
-  const detail = e.kind === 'iteration' ? gates.map(g => `${g.name}=${g.answer ?? '(waiting)'}`).join('; ')
-    : JSON.stringify(e.data);
-  const spent = d.dollars_this_iter != null ? '$' + num(d.dollars_this_iter).toFixed(4) : '';
-  const text = String(detail || '').slice(0, 300);
-  [at, 'g' + e.generation, e.kind, d.iteration ?? '', d.outcome ?? '', spent, text]
-    .forEach(v => tr.appendChild(el('td', v)));
-  return tr;
-}
-async function fleetTimelineRead() {
-  const tl = fleet.tl;
-  if (!tl) return;
-  if (tl.busy) { tl.again = true; return; }  // a change came during a read: read on after it
-  tl.busy = true;
-  try {
-    const query = new URLSearchParams({after: tl.next, limit: 100});
-    const res = await fetch(fleetPath(tl.id, 'events') + '?' + query);
-    const data = await res.json();
-    if (tl !== fleet.tl) return;
-    if (!res.ok) {
-      const tr = el('tr'); tr.appendChild(el('td', data.error || res.statusText, 'problem'));
-      ftlRows.replaceChildren(tr);
-      return;
-    }
-    for (const e of data.events) ftlRows.appendChild(ftlRow(e));
-    tl.next = data.next; tl.more = data.more; ftlMore.hidden = !data.more;
-  } finally {
-    tl.busy = false;
-    if (tl.again && tl === fleet.tl) { tl.again = false; fleetTimelineRead(); }
-  }
-}
-function fleetTimeline(l) {
-  fleet.tl = {id: l.id, next: 0, more: false};
-  document.getElementById('fleet-timeline').hidden = false;
-  document.getElementById('ftl-name').textContent = l.name;
-  ftlRows.replaceChildren(); ftlMore.hidden = true;
-  fleetTimelineRead();
-}
-ftlMore.onclick = fleetTimelineRead;
-document.getElementById('ftl-close').onclick = () => {
-  fleet.tl = null; document.getElementById('fleet-timeline').hidden = true;
-};
-// Queue a loop: the same checks as `loopwright submit`, made by the server; its one line shows here.
-document.getElementById('fleet-submit').onsubmit = async (ev) => {
-  ev.preventDefault();
-  const form = ev.target, said = document.getElementById('fleet-submitted'), body = {};
-  for (const [k, v] of new FormData(form)) {
-    if (String(v).trim() === '') continue;
-    body[k] = k.startsWith('max_') ? Number(v) : String(v);
-  }
-  const res = await fetch('/api/loops', {method: 'POST', headers: {'Content-Type': 'application/json',
-    'X-Loopwright-CSRF': csrf}, body: JSON.stringify(body)});
-  const got = await res.json().catch(() => ({}));
-  said.textContent = res.ok ? `queued ${got.loop ? got.loop.name : got.name}` : (got.error || res.statusText);
-  said.className = res.ok ? '' : 'problem';
-  if (res.ok) form.reset();
-};
-// No fetch of /api/fleet here: the event stream's first message is the fleet as it is now.
-"""
+JS = fleetlist.JS + fleetrows.JS

@@ -17,18 +17,18 @@ import contextlib
 import threading
 import time
 
-from loopwright.core import jsoncodec
+from loopwright.core import attention, jsoncodec
 from loopwright.registry.queue import CONTROL_CHANNEL, PROGRESS_CHANNEL, QUEUE_CHANNEL
 
 CHANNELS = (QUEUE_CHANNEL, CONTROL_CHANNEL, PROGRESS_CHANNEL)
 POLL_SECONDS = 2.0  # between reads of the mark
 GATHER_SECONDS = 0.2  # notifications that come together make one change, not many
-MAX_LOOPS = 500  # the newest loops shown; the queue's counts cover them all
+MAX_LOOPS = 500  # the loops a page holds, most pressing first; the counts cover them all
 GOAL_LINE = 200  # characters of a goal's first line in the list (all of it on demand)
 ROW = (
     "id", "name", "kind", "status", "host", "worker", "iteration", "minutes", "tokens", "dollars",
     "outcome", "reason", "account", "tags", "failovers", "generation", "repo", "branch", "work_branch",
-    "control", "created_at", "claimed_at",
+    "control", "created_at", "claimed_at", "last_error",
 )  # fmt: skip
 
 
@@ -59,6 +59,17 @@ def slim(row: dict) -> dict:
         k: v for k, v in limits.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
     out["gate"] = row.get("gate") if row.get("status") == "waiting_gate" else None
+    out["ended_at"] = row.get("updated_at") if row.get("status") == "ended" else None
+    return out
+
+
+def _marked(row: dict, seen: dict) -> dict:
+    """A slim row with what needs the operator: ``failed`` and ``cause`` (a failure), ``stuck``
+    (why no worker takes it now)."""
+    out = slim(row)
+    out["failed"] = row.get("id") in seen["failed"]
+    out["cause"] = seen["failed"].get(row.get("id"))
+    out["stuck"] = seen["stuck"].get(row.get("id"))
     return out
 
 
@@ -68,19 +79,28 @@ def detail(row: dict) -> dict:
 
 
 def snapshot(registry) -> dict:
-    """The fleet now: loops (newest first), queue counts, workers, limits, spend and pauses."""
-    loops = [slim(r) for r in registry.fleet_loops(limit=MAX_LOOPS)]
+    """The fleet now: loops (most pressing first: registry/fleetview.py), counts by status and
+    of failures, workers with their state and the loops they hold, limits, spend and pauses, and
+    what needs the operator (core/attention.py)."""
+    rows = registry.page_loops(MAX_LOOPS)
     workers = registry.workers()
-    queue = registry.queue_counts()
+    counts = registry.fleet_counts()
     limits = registry.limits_report()
+    seen = attention.attention(rows, workers, limits["pauses"], limits["limits"], limits["now"])
+    queue = {k: v for k, v in counts.items() if k != "failed"}
+    for w in workers:
+        w["state"], w["holds"] = seen["workers"][str(w["worker"])], seen["holds"][str(w["worker"])]
     shared = registry.path is None  # a server database: a fleet's, whatever it holds yet
+    needs = dict(seen["counts"], gates=counts["waiting_gate"], failed=counts["failed"])
     return {
-        "show": bool(shared or loops or workers),
+        "show": bool(shared or rows or workers),
         "shared": shared,
         "now": limits["now"],
-        "loops": loops,
+        "loops": [_marked(r, seen) for r in rows],
         "total": sum(queue.values()),
         "queue": queue,
+        "failed": counts["failed"],
+        "attention": needs,
         "workers": workers,
         "limits": limits,
     }

@@ -1,8 +1,8 @@
 """The monitor's live page: every loop, its goal, progress and spend, waiting gates with
 their answers, links to its report and handoff, a timeline of its iterations, and a Stop
 button per run. It updates from the server-sent events stream. A loop this user's
-loopwright did not sign shows only its name and why it is not trusted. The fleet's loops and
-workers have a section of their own (fleetpage.py).
+loopwright did not sign shows only its name and why it is not trusted. On a fleet's monitor the
+fleet comes first (fleetpage.py) and this machine's loops show only when there are some.
 
 Everything the agent or a file wrote (goals, reasons, gate questions) is put on the page
 with textContent, never as HTML. State-changing calls carry the page's CSRF token."""
@@ -20,8 +20,10 @@ PAGE = """<!doctype html>
 <meta name="csrf" content="__CSRF__">
 <title>loopwright</title>
 <style>
- body { font: 14px system-ui, sans-serif; margin: 1.5rem; color: #222; }
- h1 { font-size: 1.2rem; }
+ * { box-sizing: border-box; }
+ body { font: 14px system-ui, sans-serif; margin: 1rem 1.5rem; color: #222; }
+ h1 { font-size: 1.2rem; margin: 0 0 .3rem; } #local h2, #timeline h2 { font-size: 1.05rem; }
+ button, input, select, textarea { font: inherit; max-width: 100%; }
  table { border-collapse: collapse; width: 100%; }
  th, td { text-align: left; padding: .35rem .5rem; border-bottom: 1px solid #ddd; vertical-align: top; }
  .state-active { color: #0a6; } .state-ended { color: #555; } .state-waiting { color: #b60; }
@@ -29,21 +31,37 @@ PAGE = """<!doctype html>
  .goal { max-width: 32em; overflow-wrap: anywhere; color: #444; }
  .goal pre, #timeline td { white-space: pre-wrap; overflow-wrap: anywhere; }
  .links a, .links button { margin-right: .4rem; font-size: .85rem; }
- #timeline { margin-top: 1.5rem; } #timeline h2 { font-size: 1.05rem; }
+ #timeline { margin-top: 1.5rem; }
  .gate { background: #fff6e0; padding: .3rem; margin: .2rem 0; }
  button { margin-right: .3rem; }
  svg rect { fill: #48c; }
- #live { color: #888; font-size: .85rem; }
+ #live { color: #888; font-size: .85rem; font-weight: normal; }
+ .problem { color: #c00; }
+ @media (max-width: 760px) {
+  body { margin: .6rem; }
+  #local-table thead, #timeline thead { display: none; }
+  #local-table, #local-table tbody, #local-table tr, #timeline table, #timeline tbody, #timeline tr
+    { display: block; width: auto; }
+  #local-table tr, #timeline tr { border: 1px solid #ddd; border-radius: .4rem; margin: .4rem 0;
+    padding: .3rem; }
+  #local-table td, #timeline td { display: inline-block; border: 0; padding: .1rem .3rem; max-width: 100%;
+    overflow-wrap: anywhere; }
+  #local-table td.name { display: block; } .goal { max-width: 100%; }
+ }
 __FLEET_CSS__</style>
 </head>
 <body>
 <h1>loopwright <span id="live">connecting…</span></h1>
-<table>
- <thead><tr><th>loop</th><th>mode</th><th>project</th><th>iteration</th><th>time</th><th>spend</th>
- <th>state</th><th>last reason</th><th>spend per iteration</th><th></th></tr></thead>
- <tbody id="loops"></tbody>
-</table>
 __FLEET_HTML__
+<section id="local" hidden>
+ <h2>Loops on this machine</h2>
+ <p id="local-none" hidden>No local loops in the projects this monitor serves.</p>
+ <table id="local-table">
+  <thead><tr><th>loop</th><th>mode</th><th>project</th><th>iteration</th><th>time</th><th>spend</th>
+  <th>state</th><th>last reason</th><th>spend per iteration</th><th></th></tr></thead>
+  <tbody id="loops"></tbody>
+ </table>
+</section>
 <section id="timeline" hidden>
  <h2>timeline of <span id="tl-name"></span> <button id="tl-close">close</button></h2>
  <table>
@@ -129,9 +147,19 @@ function untrustedRow(p, l) {
   tr.appendChild(el('td')); tr.appendChild(el('td'));
   return tr;
 }
+// The local section: hidden while the fleet's page shows and no loop runs here, else "none".
+let localCount = null;
+function localShown() {
+  const fleetOn = typeof fleet !== 'undefined' && fleet.data && fleet.data.show;
+  document.getElementById('local').hidden = localCount === null || (localCount === 0 && Boolean(fleetOn));
+  document.getElementById('local-table').hidden = !localCount;
+  document.getElementById('local-none').hidden = localCount !== 0;
+}
 function render(data) {
   const body = document.getElementById('loops');
   body.replaceChildren();
+  localCount = data.projects.reduce((n, p) => n + p.loops.length, 0);
+  localShown();
   for (const p of data.projects) for (const l of p.loops) {
     if (l.trusted === false || !['active', 'ended'].includes(l.status)) {
       body.appendChild(untrustedRow(p, l));
