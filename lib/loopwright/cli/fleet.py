@@ -185,15 +185,21 @@ def _names(name: str | None, parallel: int | None) -> list:
     "--claude-arg", "claude_args", multiple=True, help="Passed to claude in every loop; repeatable."
 )
 @click.option("--runner-arg", "runner_args", multiple=True, hidden=True, help="Passed to `loopwright run`.")
+@click.option(
+    "--prepare-backoff", type=click.FloatRange(0), default=60.0, hidden=True,
+    help="Seconds a loop that could not be prepared waits first (then 4 times that).",
+)  # fmt: skip
 def worker(
-    url, slots, allow, account, name, host, data, lease, heartbeat, poll, claude_bin, claude_args, runner_args
-):
+    url, slots, allow, account, name, host, data, lease, heartbeat, poll, claude_bin, claude_args,
+    runner_args, prepare_backoff,
+):  # fmt: skip
     """Run this machine's share of the fleet: claim up to --slots loops whose repository
     --allow-repo accepts, drive each with the headless runner in a clone under --data, push its
     branch after every iteration. SIGTERM drains (each loop finishes its iteration, then goes
     back to the queue); a second SIGTERM hands every loop back at once."""
     from loopwright.fleet.allow import Allow
     from loopwright.fleet.worker import Options, Worker
+    from loopwright.registry import RegistryError
 
     if not allow:
         fail(
@@ -209,11 +215,13 @@ def worker(
     where = Path(data) if data else _default_data()
     opts = Options(
         slots, list(allow), where, name=name, host=host, account=account, lease=lease, heartbeat=heartbeat,
-        poll=poll, runner_options=(*options, *runner_args),
+        poll=poll, runner_options=(*options, *runner_args), prepare_backoff=prepare_backoff,
     )  # fmt: skip
     reg = registry(url)
     try:
         code = Worker(reg, opts).run()
+    except RegistryError as exc:  # its name is taken, or the database went away as it started
+        fail(str(exc))
     finally:
         reg.close()
     sys.exit(code)
@@ -252,8 +260,16 @@ def ls(url, status, as_json) -> None:
         echo(
             f"{r['name']:<14} {r['status']:<12} it {r['iteration']:<4} ${float(r['dollars'] or 0):.2f} "
             f"{one_line(r['outcome'] or '')}{where}  {one_line(first_line(goal_of(r)))[:60]}  "
-            f"({one_line(r['repo'])[:50]})"
+            f"({one_line(r['repo'])[:50]}){_why(r)}"
         )
+
+
+def _why(r: dict) -> str:
+    """Why a loop waits in the queue or was stopped (a preparation that failed, a row set aside)."""
+    from loopwright.core.termsafe import one_line
+
+    shown = r["status"] == "queued" or str(r.get("outcome") or "").startswith("STOPPED:")
+    return f"  — {one_line(r['reason'])[:160]}" if shown and r.get("reason") else ""
 
 
 @fleet.command("workers")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from loopwright.registry import migrate
 from loopwright.registry.api import Busy, LeaseLost, RegistryError
-from loopwright.registry.fleetview import FleetView
+from loopwright.registry.faults import Faults
+from loopwright.registry.fleetview import FleetView, Listing
 from loopwright.registry.items import Items
 from loopwright.registry.limits import Limits
 from loopwright.registry.queue import Queue
@@ -20,7 +21,7 @@ from loopwright.registry.workers import Workers
 __all__ = ["ENV", "LIVE", "Busy", "LeaseLost", "Registry", "RegistryError", "open_registry"]
 
 
-class Registry(Runs, Queue, Workers, Limits, FleetView, Items):
+class Registry(Runs, Queue, Workers, Limits, FleetView, Items, Faults, Listing):
     """A registry over one database (see loopwright.registry.backend)."""
 
     def __init__(self, backend) -> None:
