@@ -61,6 +61,9 @@ def test_a_repository_no_worker_would_clone_is_refused_at_submit(registry_url, t
         (["--name", "no spaces"], "invalid loop name"),
         (["--max-iterations", "0"], "max_iterations must be between"),
         (["--verify", "a\nb"], "line break"),
+        (["--", "work", "-h"], "'-h' is not an option of the work mode"),  # run would print its help
+        ([w for i in range(33) for w in ("--tag", f"t{i}")], "at most 32 tags"),
+        (["--tag", "t" * 65], "at most 64 characters"),
     ],
 )
 def test_bad_options_are_one_line_and_queue_nothing(registry_url, tmp_path, args, says):
