@@ -89,10 +89,12 @@ def test_loops_that_cannot_be_prepared_wait_then_end_and_the_loop_behind_them_ru
     submit(pg_url, remote, "typo", "--branch", "mian", "on a branch that is not there")
     submit(pg_url, remote, "linked", "--branch", "linky", "on a branch that links .loopwright")
     submit(pg_url, remote, "nomodule", "task", "auto", "nosuch")  # the runner exits at once
+    submit(pg_url, remote, "escape", "out of --data")
+    sql(pg_url, "UPDATE fleet_loops SET name = '../../escape' WHERE name = 'escape'")  # by SQL
     submit(pg_url, remote, "helpme", "work", "--source", "tasks")
     sql(pg_url, """UPDATE fleet_loops SET spec = '{"args": ["-h"]}' WHERE name = 'helpme'""")  # by SQL
     submit(pg_url, remote, "good", "write the notes")
-    bad = ("typo", "linked", "nomodule")
+    bad = ("typo", "linked", "nomodule", "../../escape")
     with fakeapi.ScriptedServer(default=DONE) as server:
         worker = start_worker(
             pg_url, remote, tmp_path / "w1", server, tmp_path / "home", "--prepare-backoff", "0.5"
@@ -112,6 +114,8 @@ def test_loops_that_cannot_be_prepared_wait_then_end_and_the_loop_behind_them_ru
     assert "the remote has no branch 'mian'" in rows["typo"]["reason"]
     assert "the branch commits .loopwright as a symbolic link" in rows["linked"]["reason"]
     assert "the runner exited (code 1) without running an iteration: " in rows["nomodule"]["reason"]
+    assert "loop name '../../escape' is not usable as a directory" in rows["../../escape"]["reason"]
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "w1" / "escape").exists()
     assert (
         rows["helpme"]["outcome"] == "STOPPED:bad_spec"
         and "'-h' is not an option" in rows["helpme"]["reason"]
@@ -120,7 +124,7 @@ def test_loops_that_cannot_be_prepared_wait_then_end_and_the_loop_behind_them_ru
     assert "STOPPED:prepare_failed" in shown["typo"] and "no branch 'mian'" in shown["typo"]
     # Three tries each, not hundreds: a bounded log, and no pile of empty runner logs.
     assert len(log.splitlines()) < 80, log
-    assert log.count('"event":"prepare_failed"') == 9
+    assert log.count('"event":"prepare_failed"') == 3 * len(bad)
     logs = list((tmp_path / "w1" / "logs").iterdir())
     assert len(logs) <= 4 and all(p.stat().st_size > 0 for p in logs), logs
 

@@ -203,7 +203,8 @@ class Queue:
         expired (a failover), else the oldest queued. ``allowed(repo)`` skips a loop this
         worker may not run, leaving it to others (for as long as it lives it answers the same
         for a repository: the ones it allowed are remembered); ``accounts`` limits the accounts
-        taken."""
+        taken. A row it cannot take for what the row holds is set aside and the next one taken
+        (faults.py): a row never makes a claim fail."""
         if accounts is not None and not accounts:
             return None
         for _ in range(SET_ASIDE_PER_CLAIM):  # a row this claim cannot take is set aside (faults.py)
