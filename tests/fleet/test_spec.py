@@ -96,3 +96,29 @@ def test_limits_of_returns_the_checked_limits():
     assert spec.limits_of(None) == {}
     with pytest.raises(SpecError):
         spec.limits_of({"limits": {"max_dollars": -1}})
+
+
+@pytest.mark.parametrize(
+    "kind, words, problem",
+    [
+        ("work", ["-h"], "'-h' is not an option of the work mode"),
+        ("work", ["--source", "tasks", "-h"], "'-h' is not an option"),
+        ("review", ["--pr", "3", "-hv"], "'-hv' is not an option of the review mode"),
+        ("task", ["auto", "demo", "--", "-h"], "'--' is not an option of the task mode"),
+        ("work", ["--bogus"], "'--bogus' is not an option"),
+        ("work", ["--source"], "needs a value"),
+        ("work", ["--source", "tasks", "--source=github"], "given twice"),
+    ],
+)
+def test_a_mode_s_words_are_what_the_mode_s_own_parser_takes(kind, words, problem):
+    # `loopwright run work -h` prints the runner's help and exits 0: a worker would claim such a
+    # loop again and again, so submit refuses it, and a worker given the row by SQL ends it.
+    with pytest.raises(SpecError, match=problem) as err:
+        runner_args(kind, {"args": words})
+    assert "\n" not in str(err.value)
+
+
+def test_a_value_that_starts_with_a_dash_is_a_value():
+    assert runner_args("work", {"args": ["--label", "-wip"]}) == ["work", "--label", "-wip"]
+    assert runner_args("task", {"args": ["auto", "demo", "--start"]}) == ["task", "auto", "demo", "--start"]
+    assert runner_args("review", {"args": ["--pr", "12"]}) == ["review", "--pr", "12"]

@@ -87,6 +87,9 @@ def test_submit_refuses_the_hostile_table_by_shape_and_queues_the_rest(tmp_path)
         (["--name", "no spaces"], "invalid loop name"),
         (["--max-iterations", "0"], "max_iterations must be between"),
         (["--verify", "a\nb"], "line break"),
+        (["--", "work", "-h"], "'-h' is not an option of the work mode"),  # run would print its help
+        ([w for i in range(33) for w in ("--tag", f"t{i}")], "at most 32 tags"),
+        (["--tag", "t" * 65], "at most 64 characters"),
     ],
 )
 def test_bad_options_are_one_line_and_queue_nothing(registry_url, tmp_path, args, says):

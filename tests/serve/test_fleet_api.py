@@ -324,3 +324,20 @@ def test_the_fleet_says_what_needs_the_operator(monitor):
     assert not loops["busy"]["failed"] and loops["busy"]["stuck"] is None
     states = {w["worker"]: (w["state"], w["holds"]) for w in fleet["workers"]}
     assert states == {"w-1": ("alive", ["busy"]), "w-2": ("stale", [])}
+
+
+def test_the_list_reads_a_bounded_head_of_a_huge_goal_written_by_sql(monitor):
+    c, reg = client(monitor), monitor.registry
+    assert submit(c, goal="short", name="huge").status_code == 201
+    text = '{"limits": {"max_iterations": 4}, "goal": "the first line\\n' + "z" * 10_000_000 + '"}'
+    with reg.backend.tx() as tx:  # written by SQL: no submit lets a goal this big in
+        tx.run("UPDATE fleet_loops SET spec = %s WHERE name = 'huge'", (text,))
+    listed = c.get("/api/fleet")
+    assert listed.status_code == 200 and len(listed.content) < 20_000
+    shown = listed.json()["loops"][0]
+    assert (shown["goal"], shown["goal_more"], shown["limits"]) == (
+        "the first line",
+        True,
+        {"max_iterations": 4},
+    )
+    assert len(c.get("/api/fleet/huge").json()["loop"]["goal"]) > 10_000_000  # in full on demand

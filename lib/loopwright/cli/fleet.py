@@ -181,9 +181,13 @@ def _names(name: str | None, parallel: int | None) -> list:
     "--claude-arg", "claude_args", multiple=True, help="Passed to claude in every loop; repeatable."
 )
 @click.option("--runner-arg", "runner_args", multiple=True, hidden=True, help="Passed to `loopwright run`.")
+@click.option(
+    "--prepare-backoff", type=click.FloatRange(0), default=60.0, hidden=True,
+    help="Seconds a loop that could not be prepared waits first (then 4 times that).",
+)  # fmt: skip
 def worker(
     url, slots, allow, allow_verify, account, name, host, data, lease, heartbeat, poll, claude_bin,
-    claude_args, runner_args,
+    claude_args, runner_args, prepare_backoff,
 ):  # fmt: skip
     """Run this machine's share of the fleet: claim up to --slots loops whose repository
     --allow-repo accepts (and whose verify command, if any, --allow-verify accepts), drive each
@@ -193,6 +197,7 @@ def worker(
     from loopwright.fleet.allow import Allow
     from loopwright.fleet.consent import check_patterns
     from loopwright.fleet.worker import Options, Worker
+    from loopwright.registry import RegistryError
 
     if not allow:
         fail(
@@ -213,10 +218,13 @@ def worker(
     opts = Options(
         slots, list(allow), where, name=name, host=host, account=account, lease=lease, heartbeat=heartbeat,
         poll=poll, runner_options=(*options, *runner_args), allow_verify=allow_verify,
+        prepare_backoff=prepare_backoff,
     )  # fmt: skip
     reg = registry(url)
     try:
         code = Worker(reg, opts).run()
+    except RegistryError as exc:  # its name is taken, or the database went away as it started
+        fail(str(exc))
     finally:
         reg.close()
     sys.exit(code)
@@ -257,7 +265,7 @@ def ls(url, status, as_json) -> None:
         echo(
             f"{r['name']:<14} {r['status']:<12} it {r['iteration']:<4} ${float(r['dollars'] or 0):.2f} "
             f"{one_line(said)}{where}  {one_line(first_line(goal_of(r)))[:60]}  "
-            f"({one_line(r['repo'])[:50]})"
+            f"({one_line(r['repo'])[:50]}){_why(r)}"
         )
 
 
@@ -275,6 +283,14 @@ def _waiting(reg, rows: list[dict]) -> dict:
         if unserved:
             why[r["id"]] = f"waiting: {unserved.short}"
     return why
+
+
+def _why(r: dict) -> str:
+    """Why a loop waits in the queue or was stopped (a preparation that failed, a row set aside)."""
+    from loopwright.core.termsafe import one_line
+
+    shown = r["status"] == "queued" or str(r.get("outcome") or "").startswith("STOPPED:")
+    return f"  — {one_line(r['reason'])[:160]}" if shown and r.get("reason") else ""
 
 
 @fleet.command("workers")

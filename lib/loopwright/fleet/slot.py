@@ -29,9 +29,9 @@ from loopwright.actions import carry
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.core.outcomes import gate_stop, stopped
-from loopwright.fleet import handoff, limits, spec
+from loopwright.fleet import handoff, limits, spec, unprepared
 from loopwright.fleet.items import Share
-from loopwright.fleet.workspace import PushRejected, Workspace
+from loopwright.fleet.workspace import PushRejected, Workspace, WorkspaceError
 from loopwright.registry import LeaseLost, RegistryError
 from loopwright.state import loops, plugindir, store
 
@@ -70,6 +70,7 @@ class Slot:
         self.told_stop = False  # a boundary said the budget is spent (not only that it would be)
         self.quota: dict | None = None  # the runner's quota_wait event, not acted on yet
         self.paused: dict | None = None  # the account's pause in force: hand the loop back
+        self.said = unprepared.Said()  # what the runner printed besides its events, and its log
         self.thread = threading.Thread(target=self._run, name=f"slot-{self.name}", daemon=True)
 
     def start(self) -> None:
@@ -92,12 +93,15 @@ class Slot:
             self._hand_back(f"the worker failed: {type(exc).__name__}: {exc}"[:500])
         finally:
             self._kill()
+            self.said.drop_empty_log()
             if self.share is not None:
                 self.share.end()
             self.done.set()
 
     def _drive(self) -> None:
         row = self.row
+        if not unprepared.plain_id(self.id):  # the id names files under --data: set aside
+            return self._write(self.w.registry.finish, stopped("bad_row"), unprepared.BAD_ID)
         try:
             args = spec.runner_args(row["kind"], row["spec"])
         except spec.SpecError as exc:
@@ -105,8 +109,11 @@ class Slot:
         gate = row.get("gate") or {}
         if gate.get("answer") == "stop":
             return self._write(self.w.registry.finish, gate_stop(gate.get("name") or "gate"), "answered stop")
-        self.ws = Workspace(self.w.work_root, self.name, row["repo"], row["branch"], allow=self.w.allow)
-        self.ws.prepare()
+        try:  # what a row asks for that this worker cannot prepare: retried later, then ended
+            self.ws = Workspace(self.w.work_root, self.name, row["repo"], row["branch"], allow=self.w.allow)
+            self.ws.prepare()
+        except (WorkspaceError, ValueError) as exc:  # Refused is a ValueError
+            return self._unprepared(str(exc))
         shutil.rmtree(self.ws.dir / ".loopwright", ignore_errors=True)  # a new local loop each claim
         self.w.log("claimed", loop=self.name, generation=self.gen, failovers=row["failovers"])
         self.share = Share.of(self)
@@ -135,7 +142,7 @@ class Slot:
         argv += [*self.w.runner_options, *(["--carry", carried] if carried else [])]
         if self.row["kind"] in NAMED:
             argv += ["--name", self.name]
-        log = open(self.w.data / "logs" / f"{self.name}-{self.gen}.log", "ab")  # noqa: SIM115 - the child's
+        log = self.said.open(self.w.data / "logs" / f"{self.name}-{self.gen}.log")
         self.proc = subprocess.Popen(
             [*argv, *args],
             cwd=str(self.ws.dir),
@@ -146,13 +153,14 @@ class Slot:
             start_new_session=True,  # its own group: the slot can stop the runner and its client together
         )
         log.close()
-        threading.Thread(target=self._read_events, name=f"events-{self.name}", daemon=True).start()
+        self.said.read(self._read_events, f"events-{self.name}")
 
     def _read_events(self) -> None:
         for line in self.proc.stdout:
             try:
                 event = jsoncodec.loads(line)
             except ValueError:
+                self.said.line(line)
                 continue
             if not isinstance(event, dict):
                 continue
@@ -211,6 +219,8 @@ class Slot:
         if waiting:
             self._write(self.w.registry.progress, status="waiting_gate", gate=waiting)
             return self._hand_back(f"waiting at gate {waiting.get('name')}")
+        if self._iterations() <= int(self.row.get("iteration") or 0):  # it ran none: as if unprepared
+            return self._unprepared(self.said.exit(self.proc.returncode))
         self._hand_back(f"the runner exited (code {self.proc.returncode}) with the loop still active")
 
     # --- the loop in the clone ----------------------------------------------------------------
@@ -426,6 +436,12 @@ class Slot:
         self._kill()
         if first:
             self.w.log("lost", loop=self.name, reason=why)
+
+    def _unprepared(self, why: str) -> None:
+        """Not preparable here: retried later, ended at the third failure alike (registry/faults.py)."""
+        said = self._write(self.w.registry.prepare_failed, why, self.w.opts.prepare_backoff)
+        self.row["_released"] = True
+        self.w.log("prepare_failed", loop=self.name, reason=why[:300], **said)
 
     def _hand_back(self, reason: str) -> None:
         if self.lost.is_set():

@@ -128,8 +128,45 @@ def runner_args(kind: str, spec) -> list[str]:
         _text(word, "a mode's word", 4000)
         if word.split("=", 1)[0] in RUN_OPTIONS:
             raise SpecError(f"a mode's words may not set the runner's own option {word.split('=', 1)[0]}")
+    mode_words(kind, words)
     _github_repos(words)
     return [*args, kind, *words]
+
+
+def _mode_options(kind: str) -> dict:
+    """The options the mode's own command takes (its slash part's tables: name -> takes a value)."""
+    from loopwright import modes
+
+    part = modes.part(kind, "slash")
+    known: dict = {}
+    for table in ("OPTIONS", "AUTO_OPTIONS"):
+        known.update(getattr(part, table, None) or {})
+    return known
+
+
+def mode_words(kind: str, words: list[str]) -> None:
+    """SpecError unless the mode's own parser takes ``words`` as options and values: a word
+    starting with '-' that is no option of the mode (``-h`` above all: the runner would print
+    its help and exit, never running the loop) is refused, whatever its place."""
+    import shlex
+
+    from loopwright.core import slashargs
+
+    known = _mode_options(kind)
+    value_next = False
+    for word in words:
+        if value_next or not word.startswith("-"):
+            value_next = False
+            continue
+        name, eq, _ = word.partition("=")
+        if name not in known:
+            shown = ", ".join(sorted(known))
+            raise SpecError(f"{word[:40]!r} is not an option of the {kind} mode (its options: {shown})")
+        value_next = bool(known[name]) and not eq
+    try:
+        slashargs.parse(" ".join(shlex.quote(w) for w in words), known)
+    except slashargs.ArgError as exc:
+        raise SpecError(f"the {kind} mode's words: {exc}") from None
 
 
 def _github_repos(words: list[str]) -> None:

@@ -47,6 +47,7 @@ class Options:
         poll: float = 5.0,
         runner_options: tuple = (),
         allow_verify: tuple = (),
+        prepare_backoff: float = 60.0,
     ) -> None:
         self.slots, self.allow, self.data = slots, allow, Path(data)
         self.host = host or socket.gethostname()
@@ -55,6 +56,7 @@ class Options:
         self.lease, self.heartbeat, self.poll = lease, heartbeat, poll
         self.runner_options = tuple(runner_options)
         self.allow_verify = list(allow_verify)
+        self.prepare_backoff = prepare_backoff  # the first wait after a loop could not be prepared
 
 
 class Worker:
@@ -74,6 +76,8 @@ class Worker:
         self.refused: set[str] = set()  # repositories whose refusal was logged (once each)
         self.declined: set[str] = set()  # loops whose verify was refused and logged (once each)
         self._out_lock = threading.Lock()
+        self.token = uuid.uuid4().hex  # this process's hold on its name (registry/workers.py)
+        self.name_taken = False
 
     def log(self, event: str, **fields) -> None:
         """One JSON line per event on the worker's output (its service log)."""
@@ -88,6 +92,8 @@ class Worker:
         """Claim and drive loops until signalled; the exit code."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        o = self.opts  # the name first: RegistryError (one line) while a live worker holds it
+        self.registry.hold_worker_name(o.name, o.host, o.slots, o.account, self.token, self.heartbeat)
         listener = self.registry.listener((QUEUE_CHANNEL, CONTROL_CHANNEL))
         self.log(
             "started", host=self.opts.host, slots=self.opts.slots, allow=self.opts.allow,
@@ -115,6 +121,10 @@ class Worker:
         finally:
             listener.close()
         self._beat()
+        try:
+            self.registry.let_go_of_name(self.opts.name, self.token)
+        except RegistryError:
+            pass  # it is let go of anyway once its beats are old
         self.log("stopped")
         return 0
 
@@ -131,6 +141,8 @@ class Worker:
                 )
             except RegistryError as exc:
                 return self.log("database", error=str(exc))
+            except Exception as exc:  # never the end of the worker: it looks again at the next poll
+                return self.log("database", error=f"{type(exc).__name__}: {str(exc)[:300]}")
             if row is None:
                 return
             slot = Slot(self, row)
@@ -198,7 +210,7 @@ class Worker:
 
     def _beat(self) -> None:
         try:
-            self.registry.worker_beat(
+            mine = self.registry.worker_beat(
                 self.opts.name,
                 self.opts.host,
                 self.opts.slots,
@@ -208,6 +220,13 @@ class Worker:
                 allow_repo=self.opts.allow,
                 allow_verify=self.opts.allow_verify,
                 lease=self.lease,
+                token=self.token,
+                heartbeat=self.heartbeat,
             )
         except RegistryError as exc:
-            self.log("database", error=str(exc))
+            return self.log("database", error=str(exc))
+        if not mine and not self.name_taken:  # said once: its loops are fenced by their claims
+            self.log(
+                "name_taken", error=f"another worker took the name {self.opts.name} while this one was away"
+            )
+        self.name_taken = not mine

@@ -242,7 +242,19 @@ class Workspace:
         self._git("checkout", "--quiet", "--force", "--no-track", "-B", self.branch, start, "--")
         # Not -x: ignored build caches stay, and so does .loopwright/ (in info/exclude).
         self._git("clean", "-fdq")
+        self._state_dir_usable()
         return self.head()
+
+    def _state_dir_usable(self) -> None:
+        """A loop keeps its state in .loopwright/ of the clone: a branch that commits that name
+        as a symbolic link (pointing anywhere) or a file cannot be run."""
+        state = self.dir / ".loopwright"
+        if state.is_symlink() or (state.exists() and not state.is_dir()):
+            what = "a symbolic link" if state.is_symlink() else "a file"
+            raise WorkspaceError(
+                f"the branch commits .loopwright as {what}; loopwright keeps a loop's state in that "
+                "directory: remove it from the branch"
+            )
 
     def _drop_stale_clones(self) -> None:
         for stale in self.root.glob(f".clone+{self.name}+*"):

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from loopwright.registry import migrate
 from loopwright.registry.api import Busy, LeaseLost, RegistryError
+from loopwright.registry.faults import Faults
 from loopwright.registry.fleetview import FleetView
 from loopwright.registry.gateanswers import GateAnswers
 from loopwright.registry.items import Items
 from loopwright.registry.limits import Limits
+from loopwright.registry.listing import Listing
 from loopwright.registry.queue import Queue
 from loopwright.registry.runs import LIVE, Runs
 from loopwright.registry.url import ENV, chosen
@@ -21,7 +23,7 @@ from loopwright.registry.workers import Workers
 __all__ = ["ENV", "LIVE", "Busy", "LeaseLost", "Registry", "RegistryError", "open_registry"]
 
 
-class Registry(Runs, Queue, Workers, Limits, FleetView, Items, GateAnswers):
+class Registry(Runs, Queue, Workers, Limits, FleetView, Items, Faults, Listing, GateAnswers):
     """A registry over one database (see loopwright.registry.backend)."""
 
     def __init__(self, backend) -> None:

@@ -58,6 +58,12 @@ class Backend:
         with self.tx() as tx:
             return tx.rows(sql, args)
 
+    def row_fault(self, exc: BaseException) -> str | None:
+        """What was wrong with the row a statement read or wrote, when ``exc`` is the row's
+        fault (a value out of range, a constraint it breaks: that row's writer's doing, the next
+        row would do), in one line; None for anything else (the database went away, a bug)."""
+        return None
+
     def notify(self, tx: Tx, channel: str, payload: str = "") -> None:
         """Tell listeners on ``channel`` when ``tx`` commits (nothing where there are none)."""
 

@@ -11,6 +11,7 @@ does not look changed every few seconds.
 from __future__ import annotations
 
 from loopwright.core.attention import STALE_AFTER, STOPPED_AFTER, failure_sql
+from loopwright.registry.listing import listed_row
 from loopwright.registry.queue import loop_row
 
 STATUSES = ("queued", "running", "waiting_gate", "ended")
@@ -80,15 +81,15 @@ class FleetView:
         """At most ``limit`` loops, most pressing first (PAGE_PARTS): every held loop the
         limit has room for, failures up to a fifth of it, then the queue and the rest."""
         out: list[dict] = []
+        columns = self.listed_columns()  # before the transaction: the first call reads the table
         with self.backend.tx() as tx:
             for part in PAGE_PARTS:
                 room = limit - len(out)
                 if part is PAGE_PARTS[1]:
                     room = min(room, max(1, int(limit * FAILURES_SHOWN)))
                 if room > 0:
-                    out += [
-                        loop_row(r) for r in tx.rows(f"SELECT * FROM fleet_loops {part} LIMIT %s", (room,))
-                    ]
+                    sql = f"SELECT {columns} FROM fleet_loops {part} LIMIT %s"
+                    out += [listed_row(r, loop_row) for r in tx.rows(sql, (room,))]
         return out
 
     def fleet_mark(self) -> tuple:

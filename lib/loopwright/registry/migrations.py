@@ -149,6 +149,26 @@ ALTER TABLE fleet_workers ADD COLUMN allow_verify TEXT;
 ALTER TABLE fleet_workers ADD COLUMN lease {real}
 """
 
+# A row must never stop or jam the fleet (issue 26). The counters a claim adds to become 64-bit
+# on PostgreSQL (SQLite's integers are already); a loop that cannot be prepared waits until
+# ``not_before`` (database clock) and counts its failures for the same reason; a worker holds its
+# name with a token of its process, live while it beats within ``live_for`` seconds.
+CLAIMS = {
+    "postgres": """
+ALTER TABLE fleet_loops ALTER COLUMN generation TYPE BIGINT, ALTER COLUMN failovers TYPE BIGINT,
+    ALTER COLUMN iteration TYPE BIGINT;
+ALTER TABLE fleet_events ALTER COLUMN generation TYPE BIGINT
+""",
+    "sqlite": "",
+}
+CLAIM_COLUMNS = """
+ALTER TABLE fleet_loops ADD COLUMN not_before {real};
+ALTER TABLE fleet_loops ADD COLUMN prepare_failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE fleet_loops ADD COLUMN prepare_error TEXT;
+ALTER TABLE fleet_workers ADD COLUMN token TEXT;
+ALTER TABLE fleet_workers ADD COLUMN live_for {real}
+"""
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
@@ -157,6 +177,7 @@ STEPS = [
     (3, "limits", LIMITS, None),
     (4, "items", ITEMS, None),
     (5, "worker_policy", WORKER_POLICY, None),
+    (6, "claims", {d: sql + ";" + CLAIM_COLUMNS for d, sql in CLAIMS.items()}, None),
 ]
 
 

@@ -121,6 +121,14 @@ class PostgresBackend(Backend):
         with self._connection() as conn:
             return self._tx_on(conn).rows(sql, args)
 
+    def row_fault(self, exc: BaseException) -> str | None:
+        # A data exception (numeric overflow, invalid text) or an integrity one (a check or
+        # not-null constraint): SQLSTATE classes 22 and 23, the row's, never the connection's.
+        if isinstance(exc, (self.psycopg.DataError, self.psycopg.IntegrityError)):
+            text = str(exc).strip().splitlines()
+            return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+        return None
+
     def notify(self, tx: Tx, channel: str, payload: str = "") -> None:
         tx.rows("SELECT pg_notify(%s, %s)", (channel, payload))
 

@@ -19,6 +19,8 @@ import uuid
 from loopwright.core import jsoncodec
 from loopwright.core.outcomes import CANCELLED, stopped
 from loopwright.registry.api import LeaseLost, RegistryError
+from loopwright.registry.listing import listed_row
+from loopwright.registry.rowlimits import SANE, SET_ASIDE_PER_CLAIM, BadRow, check_sizes, counters_fault
 from loopwright.state.project import is_loop_name
 
 KINDS = ("prompt", "work", "review", "task")
@@ -40,7 +42,8 @@ IDLE = "status IN ('queued', 'waiting_gate')"  # no worker drives the loop
 # about one lease.
 KINDS_OF_CLAIMABLE = (
     ("status = 'running' AND lease_expires < (SELECT {now})", "lease_expires"),
-    ("status = 'queued'", "created_at"),
+    # A loop that could not be prepared waits until not_before (registry/faults.py).
+    ("status = 'queued' AND (not_before IS NULL OR not_before <= (SELECT {now}))", "created_at"),
 )
 FIRST_PAGES = {0: (), 1: ()}  # a read from the start of each kind
 # The claim at once (PostgreSQL): the first claimable row is taken by the statement that finds
@@ -56,7 +59,7 @@ AT_ONCE = (
     "lease_expires = t.now + %s, failovers = failovers + CASE WHEN worker IS NULL THEN 0 ELSE 1 END, "
     "claimed_at = t.now, updated_at = t.now FROM (SELECT {now} AS now) AS t "
     "WHERE id = (SELECT id FROM ({head}) AS h LIMIT 1) AND NOT (worker IS NOT NULL AND failovers >= %s)"
-    "{known}" + UNLIMITED + " RETURNING fleet_loops.*"
+    "{known}" + SANE + UNLIMITED + " RETURNING fleet_loops.*"
 )
 # A claim that asks ``accepts`` about each loop (a worker's --allow-verify) takes at once only a
 # loop whose spec cannot hold a verify: no "verify" key in its text, and no \u escape that could
@@ -168,6 +171,7 @@ class Queue:
     def submit(self, *, kind, spec, repo, branch=None, account="default", tags=(), name=None) -> dict:
         """A new queued loop (the row); listeners on loopwright_queue are told."""
         check_submit(kind, spec, repo, branch, account, name)
+        check_sizes(spec, repo, account, list(tags))
         for _ in range(3 if name is None else 1):  # a drawn name may be taken: draw again
             chosen = name or f"f-{uuid.uuid4().hex[:8]}"
             row = self._insert(kind, spec, repo, branch, account, list(tags), chosen)
@@ -206,27 +210,64 @@ class Queue:
         worker may not run, leaving it to others (for as long as it lives it answers the same
         for a repository: the ones it allowed are remembered); ``accepts(row)`` skips one for
         what its spec asks of the worker (a verify), and must accept a spec without a verify
-        (PLAIN_SPEC); ``accounts`` limits the accounts taken."""
+        (PLAIN_SPEC); ``accounts`` limits the accounts taken. A row it cannot take for what the
+        row holds is set aside and the next one taken (faults.py): a row never makes a claim fail."""
         if accounts is not None and not accounts:
             return None
-        taken = self._claim_at_once(worker, host, float(lease), allowed, accounts, accepts is not None)
+        for _ in range(SET_ASIDE_PER_CLAIM):  # a row this claim cannot take is set aside (faults.py)
+            try:
+                return self._claim(worker, host, float(lease), allowed, accounts, accepts)
+            except BadRow as bad:
+                self.set_aside(bad.loop_id, bad.why, worker)
+        return None
+
+    def _claim(self, worker: str, host: str, lease: float, allowed, accounts, accepts) -> dict | None:
+        skip = self.passed_over()
+        asks = accepts is not None
+        try:
+            taken = None if skip else self._claim_at_once(worker, host, lease, allowed, accounts, asks)
+        except Exception as exc:
+            if self.backend.row_fault(exc) is None:
+                raise
+            taken = None  # a row the database refuses to update: the look row by row finds which
         if taken is not None:
             return taken
         with self.backend.tx() as tx:
             # Fleet limits and account pauses (limits.py), checked in the claim's transaction.
             gate = self.claim_gate(tx)
-            batch = 1 if allowed is None and accepts is None and not gate.sifts else BATCH
+            batch = 1 if allowed is None and not asks and not gate.sifts and not skip else BATCH
             for row in self._claimable(tx, batch, accounts, gate.where):
-                if row["worker"] is not None and row["failovers"] >= MAX_FAILOVERS:
-                    self._end_failed_over(tx, row)
-                elif (
-                    (allowed is None or allowed(row["repo"]))
-                    and (accepts is None or accepts(loop_row(row)))
-                    and gate.admits(tx, row)
-                ):
-                    if allowed is not None:
-                        self._repos_allowed(allowed).add(row["repo"])
-                    return self._take(tx, row, worker, host, float(lease))
+                if row["id"] in skip:
+                    continue
+                try:
+                    taken = self._consider(tx, row, worker, host, lease, (allowed, accepts), gate)
+                except Exception as exc:
+                    why = self.backend.row_fault(exc)
+                    if why is None:
+                        raise
+                    raise BadRow(row["id"], why) from None  # out of the transaction, undone
+                if taken is not None:
+                    return taken
+        return None
+
+    def _consider(self, tx, row: dict, worker: str, host: str, lease: float, asked, gate) -> dict | None:
+        """The row taken by this claim, or None to look at the next (ended, not allowed or not
+        accepted by the worker, held back by the fleet's limits); BadRow for a row whose
+        counters are out of range. ``asked`` is (allowed, accepts), as claim() was given them."""
+        allowed, accepts = asked
+        why = counters_fault(row)
+        if why is not None:
+            raise BadRow(row["id"], why)
+        if row["worker"] is not None and row["failovers"] >= MAX_FAILOVERS:
+            self._end_failed_over(tx, row)
+        elif (
+            (allowed is None or allowed(row["repo"]))
+            and (accepts is None or accepts(loop_row(row)))
+            and gate.admits(tx, row)
+        ):
+            if allowed is not None:
+                self._repos_allowed(allowed).add(row["repo"])
+            return self._take(tx, row, worker, host, lease)
         return None
 
     def _claim_at_once(
@@ -410,11 +451,13 @@ class Queue:
             return loop_row(tx.one("SELECT *" + FIND, (id_or_name,) * 3))
 
     def fleet_loops(self, status: str | None = None, limit: int = 500) -> list[dict]:
-        """The newest loops first, of one status or all."""
+        """The newest loops first, of one status or all; each column read only so far (its
+        spec's first members: fleetview.LIST_SPEC), the columns cut short named in ``cut``."""
         where, args = ("WHERE status = %s ", (status,)) if status else ("", ())
-        sql = f"SELECT * FROM fleet_loops {where}ORDER BY created_at DESC, seq DESC LIMIT %s"
+        order = "ORDER BY created_at DESC, seq DESC LIMIT %s"
+        sql = f"SELECT {self.listed_columns()} FROM fleet_loops {where}{order}"
         with self.backend.tx() as tx:
-            return [loop_row(r) for r in tx.rows(sql, (*args, limit))]
+            return [listed_row(r, loop_row) for r in tx.rows(sql, (*args, limit))]
 
     def add_event(self, loop_id: str, generation: int, kind: str, data: dict) -> None:
         """Appends to the loop's timeline (fenced, like every write of its worker). An event the

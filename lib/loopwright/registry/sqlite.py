@@ -37,5 +37,11 @@ class SQLiteBackend(Backend):
                 raise
             self.db.execute("COMMIT")
 
+    def row_fault(self, exc: BaseException) -> str | None:
+        # A constraint the row breaks, or a value SQLite cannot hold (a 64-bit overflow).
+        if isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError, OverflowError)):
+            return f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+        return None
+
     def close(self) -> None:
         self.db.close()

@@ -1,18 +1,42 @@
 """The fleet's workers as the page shows them: each beats into the database every few seconds
 with its slots and the loops it holds. A worker's liveness is judged from ``age`` (seconds
-since its last beat, by the database's clock), never from a machine's own clock."""
+since its last beat, by the database's clock), never from a machine's own clock.
+
+A worker's name is its own while it lives: a worker holds it with a token of its process, and
+another process given the same ``--name`` is refused while the holder beat within its
+``live_for`` seconds (a few of its beats). A worker that stopped lets go of its name; one that
+died holds it until its beats are that old.
+"""
 
 from __future__ import annotations
 
+from loopwright.registry.api import RegistryError
 from loopwright.registry.queue import json_text, json_value
 
-BEAT = (
-    "INSERT INTO fleet_workers (worker, host, slots, used, account, loops, allow_repo, allow_verify, lease, "
-    "beat_at, started_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now}, {now}) "
-    "ON CONFLICT (worker) DO UPDATE SET host = excluded.host, slots = excluded.slots, used = excluded.used, "
-    "account = excluded.account, loops = excluded.loops, allow_repo = excluded.allow_repo, "
-    "allow_verify = excluded.allow_verify, lease = excluded.lease, beat_at = excluded.beat_at"
+LIVE_BEATS = 3  # beats a worker may miss and still hold its name
+MIN_LIVE_FOR = 5.0  # seconds, however often it beats
+# The row is this worker's to write: it holds the name, nobody does, or its holder is gone.
+MINE = (
+    "fleet_workers.token IS NULL OR fleet_workers.token = excluded.token "
+    "OR fleet_workers.beat_at < {now} - COALESCE(fleet_workers.live_for, 0)"
 )
+# A beat also publishes what the worker accepts (its --allow-repo and --allow-verify patterns)
+# and its lease, for `submit` to refuse a loop no live worker would take.
+BEAT = (
+    "INSERT INTO fleet_workers (worker, host, slots, used, account, loops, beat_at, started_at, token, "
+    "live_for, allow_repo, allow_verify, lease) "
+    "VALUES (%s, %s, %s, %s, %s, %s, {now}, {now}, %s, %s, %s, %s, %s) ON CONFLICT (worker) DO UPDATE SET "
+    "host = excluded.host, slots = excluded.slots, used = excluded.used, account = excluded.account, "
+    "loops = excluded.loops, beat_at = excluded.beat_at, token = excluded.token, "
+    "live_for = excluded.live_for, allow_repo = excluded.allow_repo, allow_verify = excluded.allow_verify, "
+    "lease = excluded.lease"
+)
+HOLD = BEAT + ", started_at = excluded.started_at WHERE " + MINE
+
+
+def live_for(heartbeat: float) -> float:
+    """Seconds without a beat after which a worker beating every ``heartbeat`` is gone."""
+    return max(MIN_LIVE_FOR, LIVE_BEATS * float(heartbeat))
 
 
 def _patterns(text) -> list[str] | None:
@@ -26,16 +50,57 @@ def _patterns(text) -> list[str] | None:
 class Workers:
     """Mixed into the Registry: ``self.backend`` is its database."""
 
-    def worker_beat(
-        self, worker: str, host: str, slots: int, used: int, account, loops: list[str], *,
-        allow_repo=None, allow_verify=None, lease=None,
-    ) -> None:  # fmt: skip
-        """This worker is alive now, with ``used`` of its ``slots`` taken by ``loops`` (ids); what
-        it accepts (its --allow-repo and --allow-verify patterns) and its lease, for `submit`."""
-        policy = [None if p is None else json_text(list(p)) for p in (allow_repo, allow_verify)]
-        lease = None if lease is None else float(lease)
+    def hold_worker_name(
+        self, worker: str, host: str, slots: int, account, token: str, heartbeat: float
+    ) -> None:
+        """This process takes the name ``worker`` (its first beat); RegistryError, one line, while
+        another live worker holds it."""
+        values = (worker, host, slots, 0, account, "[]", token, live_for(heartbeat), None, None, None)
         with self.backend.tx() as tx:
-            tx.run(BEAT, (worker, host, slots, used, account, json_text(list(loops)), *policy, lease))
+            if tx.run(HOLD, values) == 1:
+                return
+            row = tx.one(
+                "SELECT host, {now} - beat_at AS age FROM fleet_workers WHERE worker = %s", (worker,)
+            )
+        where = f" on {str(row['host'])[:100]} (it beat {float(row['age']):.0f} s ago)" if row else ""
+        raise RegistryError(
+            f"a worker named {worker} is running{where}: give this one another --name, or stop that one first"
+        )
+
+    def worker_beat(
+        self,
+        worker: str,
+        host: str,
+        slots: int,
+        used: int,
+        account,
+        loops: list[str],
+        token=None,
+        heartbeat=None,
+        *,
+        allow_repo=None,
+        allow_verify=None,
+        lease=None,
+    ) -> bool:
+        """This worker is alive now, with ``used`` of its ``slots`` taken by ``loops`` (ids), and
+        what it accepts (its --allow-repo and --allow-verify patterns) and its lease, for `submit`.
+        With the ``token`` it holds its name by: whether the name is still its own (False: another
+        worker took it while this one was away longer than its ``live_for``, and nothing is written)."""
+        policy = [None if p is None else json_text(list(p)) for p in (allow_repo, allow_verify)]
+        policy.append(None if lease is None else float(lease))
+        head = (worker, host, slots, used, account, json_text(list(loops)))
+        if token is None:
+            with self.backend.tx() as tx:
+                tx.run(BEAT, (*head, None, None, *policy))
+            return True
+        values = (*head, token, live_for(heartbeat or 0), *policy)
+        with self.backend.tx() as tx:
+            return tx.run(BEAT + " WHERE " + MINE, values) == 1
+
+    def let_go_of_name(self, worker: str, token: str) -> None:
+        """A worker that stops lets go of its name: another may take it at once."""
+        with self.backend.tx() as tx:
+            tx.run("UPDATE fleet_workers SET token = NULL WHERE worker = %s AND token = %s", (worker, token))
 
     def workers(self) -> list[dict]:
         """Every worker that beat and was not forgotten, by host."""

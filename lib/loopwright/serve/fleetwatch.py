@@ -52,7 +52,7 @@ def slim(row: dict) -> dict:
     out = {k: row.get(k) for k in ROW}
     goal = goal_of(row)
     out["goal"] = first_line(goal)
-    out["goal_more"] = goal.strip() != out["goal"]
+    out["goal_more"] = goal.strip() != out["goal"] or "spec" in (row.get("cut") or ())  # read in part
     spec = row.get("spec") if isinstance(row.get("spec"), dict) else {}
     limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
     out["limits"] = {
