@@ -241,7 +241,7 @@ def test_a_killed_workers_loop_finishes_on_the_other_with_its_counters_and_a_han
     assert after["dollars"] >= before["dollars"] > 0 and after["tokens"] > before["tokens"]
     assert after["minutes"] >= before["minutes"]
     assert len(openings) == 2, openings  # a's session, then b's
-    (opening,) = [o for o in openings if "# Handoff: fleet loop kestrel goes on here" in o]
+    (opening,) = [o for o in openings if '# Handoff: fleet loop "kestrel" goes on here' in o]
     assert "- iteration 1 (commit " in opening and "tend the ibex log" in opening
     assert pushed_lines(remote, "kestrel") == ["one", "two", "three"]  # every pushed iteration's work
     assert iteration_events(pg_url, "kestrel") == [(1, 1), (2, 2), (3, 2)]
