@@ -29,7 +29,7 @@ from loopwright.actions import carry
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.core.outcomes import gate_stop, stopped
-from loopwright.fleet import handoff, limits, spec
+from loopwright.fleet import handoff, limits, reconcile, spec
 from loopwright.fleet.items import Share
 from loopwright.fleet.workspace import PushRejected, Workspace
 from loopwright.registry import LeaseLost, RegistryError
@@ -66,6 +66,7 @@ class Slot:
         self.note = ""
         self.share: Share | None = None  # a --parallel work loop's share of its backlog (fleet/items.py)
         self.recorded = limits.money(row.get("dollars"))  # the loop's dollars the database has counted
+        self.counted = reconcile.carried(row)  # the loop's counters at its last record: a push's adds to them
         self.out_of_budget: str | None = None  # why the fleet's budget ends the loop (its row's reason)
         self.told_stop = False  # a boundary said the budget is spent (not only that it would be)
         self.quota: dict | None = None  # the runner's quota_wait event, not acted on yet
@@ -108,6 +109,7 @@ class Slot:
         self.ws = Workspace(self.w.work_root, self.name, row["repo"], row["branch"], allow=self.w.allow)
         self.ws.prepare()
         shutil.rmtree(self.ws.dir / ".loopwright", ignore_errors=True)  # a new local loop each claim
+        reconcile.recover(self)
         self.w.log("claimed", loop=self.name, generation=self.gen, failovers=row["failovers"])
         self.share = Share.of(self)
         if self.share is not None:
@@ -259,11 +261,15 @@ class Slot:
 
     def _sync(self, iteration: int, final: bool = False) -> None:
         """Commit, renew the claim, push, then record the iteration: in that order, so that the
-        database never counts an iteration whose work is not on the remote."""
+        database never counts an iteration whose work is not on the remote. The commit (made
+        even when the agent changed nothing) carries the iteration's record (fleet/ledger.py):
+        a worker that dies between its push and its record loses nothing, the next claim
+        records it from the branch (fleet/reconcile.py)."""
         if self.ws is None:
             return
-        self.ws.commit_all(f"loopwright {self.name}: iteration {iteration}{' (last)' if final else ''}")
-        head = self.ws.head()
+        budget = self._budget()
+        dollars = limits.money(budget.get("dollars_estimate"))
+        head = reconcile.commit(self, iteration, final, budget, dollars)
         self._write(self.w.registry.heartbeat, lease=self.w.lease)  # fenced: a lost claim stops here
         moved = head != self.ws.remote_seen
         if moved:
@@ -278,9 +284,8 @@ class Slot:
                 raise HandBack(
                     f"the branch moved under this worker ({exc.line}): it goes on from there"
                 ) from None
-        budget = self._budget()
+            reconcile.pause_for_test(self.lost)
         tokens = int(budget.get("tokens_in") or 0) + int(budget.get("tokens_out") or 0)
-        dollars = limits.money(budget.get("dollars_estimate"))
         spend = self._spend(
             dollars,
             iteration=iteration,
@@ -290,6 +295,7 @@ class Slot:
             state={"counters": carry.snapshot(budget), "local": self.local, "head": head},
             last_decision=str((budget.get("router") or {}).get("last_reason") or "")[:2000],
         )
+        self.counted = carry.snapshot(budget)
         for line in self._history():  # each with the commit that holds its work, for a handoff
             self._write(self.w.registry.add_event, "iteration", dict(line, commit=head[:12]))
         self._heed(spend, limits.mean_cost(dollars, iteration), final)
