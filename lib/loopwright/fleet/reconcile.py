@@ -79,12 +79,14 @@ def found_on_branch(slot) -> tuple[dict | None, str | None]:
     return ledger.recover(row, records, after_head=after_head, **bounds(row)), tip
 
 
-def recover(slot) -> None:
+def recover(slot) -> str | None:
     """Records what the branch holds that the row lacks (see the module's docstring); the slot
-    goes on from the counters that makes."""
+    goes on from the counters that makes. What was recovered was spent before the claim held
+    room for the loop's next iterations: the reason the fleet's budget has none left now, if
+    it has not (the loop then ends before it begins one), else None."""
     found, tip = found_on_branch(slot)
     if found is None:
-        return
+        return None
     row = slot.row
     state = row.get("state") if isinstance(row.get("state"), dict) else {}
     counters = ledger.counters(carried(row), found)
@@ -102,9 +104,10 @@ def recover(slot) -> None:
         now = registry.fleet_loop(slot.id) or {}
         if (now.get("state") or {}).get("head") == tip:  # an attempt whose answer was lost went in
             return None
-        return registry.record_spend(slot.id, slot.gen, found["dollars"], **progress)
+        each = limits.mean_cost(progress["dollars"], progress["iteration"])
+        return registry.record_spend(slot.id, slot.gen, found["dollars"], reserve=each, **progress)
 
-    slot._retrying(write)
+    spend = slot._retrying(write) or {}
     row.update(progress)
     slot.recorded, slot.counted = progress["dollars"], counters
     why = f"recovered from the branch: pushed at {tip[:12]} and never recorded (its worker went away)"
@@ -113,3 +116,4 @@ def recover(slot) -> None:
     slot.w.log(
         "recovered", loop=slot.name, iterations=found["iterations"], dollars=found["dollars"], head=tip[:12]
     )
+    return spend.get("reason") or spend.get("last")

@@ -109,7 +109,9 @@ class Slot:
         self.ws = Workspace(self.w.work_root, self.name, row["repo"], row["branch"], allow=self.w.allow)
         self.ws.prepare()
         shutil.rmtree(self.ws.dir / ".loopwright", ignore_errors=True)  # a new local loop each claim
-        reconcile.recover(self)
+        self.out_of_budget = reconcile.recover(self)  # what a worker pushed and did not record
+        if self.out_of_budget:
+            return self._end_for_budget()
         self.w.log("claimed", loop=self.name, generation=self.gen, failovers=row["failovers"])
         self.share = Share.of(self)
         if self.share is not None:
@@ -288,6 +290,7 @@ class Slot:
         tokens = int(budget.get("tokens_in") or 0) + int(budget.get("tokens_out") or 0)
         spend = self._spend(
             dollars,
+            reserve=None if final or self.out_of_budget else limits.mean_cost(dollars, iteration),
             iteration=iteration,
             minutes=float(budget.get("minutes_elapsed") or 0.0),
             tokens=tokens,
@@ -298,7 +301,7 @@ class Slot:
         self.counted = carry.snapshot(budget)
         for line in self._history():  # each with the commit that holds its work, for a handoff
             self._write(self.w.registry.add_event, "iteration", dict(line, commit=head[:12]))
-        self._heed(spend, limits.mean_cost(dollars, iteration), final)
+        self._heed(spend, final)
         self.w.log("pushed" if moved else "recorded", loop=self.name, iteration=iteration, head=head[:12])
 
     def _spend(self, spent: float, /, **progress) -> dict:
@@ -322,7 +325,7 @@ class Slot:
 
     # --- the fleet's budget and the account's pause -------------------------------------------
 
-    def _heed(self, spend: dict, mean: float, final: bool) -> None:
+    def _heed(self, spend: dict, final: bool) -> None:
         """What a boundary's spend says: the account is paused, the fleet's budget is spent
         (the loop ends now), or would be by the iteration under way (then that is the last)."""
         if spend.get("paused_until") is not None and self.paused is None:
@@ -333,9 +336,10 @@ class Slot:
             first, self.told_stop = not self.told_stop, True
         elif self.out_of_budget is None and not final:
             # The iteration under way started before this boundary was recorded: a stop written
-            # now ends the loop after it, not before. Making it the last when it would reach a
-            # cap keeps the loop to one iteration past the cap, not two.
-            self.out_of_budget = limits.last_iteration(spend.get("spent_today"), spend.get("caps"), mean)
+            # now ends the loop after it, not before. The boundary held room for it and said
+            # whether the caps have room for another too (registry/reservations.py): when not,
+            # the one under way is the last.
+            self.out_of_budget = spend.get("last")
             first = self.out_of_budget is not None
         else:
             first = False

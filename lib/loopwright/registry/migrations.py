@@ -140,6 +140,11 @@ CREATE TABLE IF NOT EXISTS fleet_items (
 CREATE INDEX IF NOT EXISTS fleet_items_loop ON fleet_items (loop_id)
 """
 
+# What each running loop holds of the day's dollar budget (issue 26 item 6b, registry/limits.py):
+# the expected cost of the iterations it has started or may start and has not recorded yet, held
+# while the loop runs. NULL: an iteration whose cost nothing is known of yet.
+RESERVATIONS = "ALTER TABLE fleet_loops ADD COLUMN reserved {real} DEFAULT 0"
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
@@ -147,6 +152,7 @@ STEPS = [
     (2, "fleet", {d: FLEET.replace("{serial}", s) for d, s in SERIAL.items()}, None),
     (3, "limits", LIMITS, None),
     (4, "items", ITEMS, None),
+    (5, "reservations", RESERVATIONS, None),
 ]
 
 
