@@ -39,9 +39,14 @@ def usage(dollars: float) -> dict:
     return {SONNET: dict(fields, cache_creation_input_tokens=0, cache_read_input_tokens=0)}
 
 
-def stop(loop, budget=None, *, minute=1.0, spend=0.0, message="working", **kw):
+def stop(loop, budget=None, *, minute=1.0, spend=0.0, message="working", requests=0, **kw):
     budget = budget if budget is not None else router.initial_budget(loop)
-    turn = Increment(cursor=Cursor(path="/t", offset=10), used_tool=True, usage=usage(spend) if spend else {})
+    turn = Increment(
+        cursor=Cursor(path="/t", offset=10),
+        used_tool=True,
+        usage=usage(spend) if spend else {},
+        requests=requests,
+    )
     snap = router.Snapshot(
         mode=modes.for_loop(loop),
         now=T0 + minute * 60,
@@ -233,3 +238,40 @@ def test_a_mode_says_what_the_wrap_up_asks_of_the_working_tree():
     d = stop(loop)
     hint = modes.for_loop(loop).wrap_up_hint(loop, None)
     assert hint and hint in d.prompt
+
+
+def test_a_wrap_up_turn_is_priced_as_two_requests_at_the_dearest_so_far():
+    """Issue 26 item 6(c): turns of one $1.125 request against $3.00. The wrap-up turn is two
+    requests (the handoff's tool call, then the last word): $2.25, more than the $1.875 left after
+    the first turn, so there is no wrap-up turn and the loop ends at $1.125, not $3.38."""
+    loop = make_loop(max_dollars=3.0)
+    d = stop(loop, spend=1.125, requests=1)
+    assert d.action == router.STOP and d.outcome == "BUDGET_EXHAUSTED:dollars"
+    assert d.budget["router"]["dearest_request"]["dollars"] == pytest.approx(1.125)
+    (skipped,) = [j["skipped"] for j in d.journal if j.get("event") == "wrap-up"]
+    assert skipped.startswith("what is left of the dollars ceiling ($1.88) would not pay for a wrap-up turn")
+    # Turns of four $0.1875 requests: the same $0.75 a turn, a wrap-up of about $0.375.
+    b, turns = None, 0
+    while True:
+        d = stop(loop, b, minute=turns + 1, spend=0.75, requests=4)
+        turns, b = turns + 1, d.budget
+        if d.action == router.STOP or "WRAP-UP TURN" in d.prompt:
+            break
+    assert turns == 3 and "WRAP-UP TURN" in d.prompt  # $0.75 left: less than $0.75 + $0.375
+    end = stop(loop, b, minute=5, spend=0.375, requests=2)
+    assert end.outcome == "BUDGET_EXHAUSTED:dollars" and end.budget["dollars_estimate"] == pytest.approx(
+        2.625
+    )
+
+
+def test_a_turn_dearer_than_the_mean_raises_the_reserve():
+    """Later turns carry more context: the next turn is expected to cost what the last one did
+    when that is more than the mean (the mean alone, $0.58, would keep back $1.17 of $1.25)."""
+    loop = make_loop(max_dollars=3.0)
+    d1 = stop(loop, spend=0.25, requests=5)
+    d2 = stop(loop, d1.budget, minute=2, spend=0.25, requests=5)
+    d3 = stop(loop, d2.budget, minute=3, spend=1.25, requests=5)
+    assert "WRAP-UP" not in d2.prompt
+    assert wrapup.turn_cost(d3.budget, "dollars") == pytest.approx(1.25)
+    assert wrapup.wrap_up_cost(d3.budget, "dollars") == pytest.approx(0.5)  # two $0.25 requests
+    assert "WRAP-UP TURN" in d3.prompt and "($1.75 kept back)" in d3.prompt

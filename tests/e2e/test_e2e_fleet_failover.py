@@ -41,13 +41,15 @@ def remote(tmp_path) -> Path:
 class Machine:
     """A worker as if on a machine of its own; its commits carry its name as author."""
 
-    def __init__(self, tag: str, url: str, remote: Path, tmp_path: Path, server, *extra: str) -> None:
+    def __init__(
+        self, tag: str, url: str, remote: Path, tmp_path: Path, server, *extra: str, env=None
+    ) -> None:
         self.name, self.host = f"worker-{tag}", f"host-{tag}"
         self.data, home = tmp_path / f"data-{tag}", tmp_path / f"home-{tag}"
         home.mkdir()
         (home / ".gitconfig").write_text(f"[user]\n\tname = {self.name}\n\temail = {tag}@example.invalid\n")
         self.proc = start_worker(
-            url, remote, self.data, server, home, "--name", self.name, "--host", self.host, *extra
+            url, remote, self.data, server, home, "--name", self.name, "--host", self.host, *extra, env=env
         )
 
     def log(self) -> str:
@@ -154,8 +156,8 @@ class Fleet:
         self.machines: list[Machine] = []
         self.holds: list[threading.Event] = []
 
-    def start(self, tag: str, server, *extra: str) -> Machine:
-        self.machines.append(Machine(tag, self.url, self.remote, self.tmp_path, server, *extra))
+    def start(self, tag: str, server, *extra: str, env: dict | None = None) -> Machine:
+        self.machines.append(Machine(tag, self.url, self.remote, self.tmp_path, server, *extra, env=env))
         return self.machines[-1]
 
     def hold(self) -> threading.Event:
@@ -241,11 +243,75 @@ def test_a_killed_workers_loop_finishes_on_the_other_with_its_counters_and_a_han
     assert after["dollars"] >= before["dollars"] > 0 and after["tokens"] > before["tokens"]
     assert after["minutes"] >= before["minutes"]
     assert len(openings) == 2, openings  # a's session, then b's
-    (opening,) = [o for o in openings if "# Handoff: fleet loop kestrel goes on here" in o]
+    (opening,) = [o for o in openings if '# Handoff: fleet loop "kestrel" goes on here' in o]
     assert "- iteration 1 (commit " in opening and "tend the ibex log" in opening
     assert pushed_lines(remote, "kestrel") == ["one", "two", "three"]  # every pushed iteration's work
     assert iteration_events(pg_url, "kestrel") == [(1, 1), (2, 2), (3, 2)]
     assert [(e["generation"], e["failovers"]) for e in said(b, "claimed")] == [(2, 1)]
+
+
+# One model request's usage, priced exactly (claude-sonnet-4-5, $3 and $15 a million tokens in and
+# out): $0.375, a binary fraction, so that sums compare exactly.
+PRICED = {"input_tokens": 62_500, "output_tokens": 12_500, "cache_creation_input_tokens": 0,
+          "cache_read_input_tokens": 0}  # fmt: skip
+REQUEST_DOLLARS, REQUEST_TOKENS = 0.375, 75_000
+
+
+def tip_record(remote: Path, name: str) -> dict:
+    """The trailers of the loop branch's tip on the remote (its iteration's record)."""
+    try:
+        message = git("--git-dir", str(remote), "log", "-1", "--format=%B", f"refs/heads/loopwright/{name}")
+    except Exception:  # not pushed yet
+        return {}
+    pairs = (line.partition(": ") for line in message.splitlines() if line.startswith("Loopwright-"))
+    return {key: value for key, _, value in pairs}
+
+
+def spend_today(url: str) -> float:
+    out = lw("fleet", "limits", "--db", url, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["spend"].get("fleet", 0.0)
+
+
+def test_a_worker_killed_between_its_push_and_its_record_loses_no_money(pg_url, remote, fleet, tmp_path):
+    """Issue 26 item 6(a): a worker that pushed an iteration and died before recording it lost
+    that iteration's tokens and dollars for good. Its commit carries the iteration's record; the
+    next worker's claim records it, once, onto the row and the day's spend."""
+    second, go, third = threading.Event(), fleet.hold(), threading.Event()
+    u, done = PRICED, "All done.\n<promise>DONE</promise>"
+    script = [
+        fakeapi.bash("echo one >> log.txt", usage=u), fakeapi.text("Wrote one.", usage=u),
+        held(second, fakeapi.bash("echo two >> log.txt", usage=u), go), fakeapi.text("Wrote two.", usage=u),
+        held(third),  # a's runner asks for iteration 3 while its worker stands between push and record
+        fakeapi.bash("echo three >> log.txt", usage=u), fakeapi.text(done, usage=u),
+    ]  # fmt: skip
+    pause = tmp_path / "pause-after-push"
+    submit(pg_url, remote, "osprey", "tend the quail log")
+    with fakeapi.ScriptedServer(default=ByGoal({"quail": script})) as server:
+        a = fleet.start("a", server, env={"LOOPWRIGHT_TEST_PAUSE_AFTER_PUSH": str(pause)})
+        claimed(pg_url, "osprey", a)
+        wait_for(lambda: second.is_set() and row(pg_url, "osprey")["iteration"] == 1,
+                 "iteration 1 recorded and iteration 2 asked for", within=WITHIN, every=0.5)  # fmt: skip
+        pause.touch()  # a's next push lands; its worker then waits before recording it
+        go.set()
+        wait_for(lambda: third.is_set() and tip_record(remote, "osprey").get("Loopwright-Iteration") == "2",
+                 "iteration 2 pushed and iteration 3 asked for", within=WITHIN, every=0.5)  # fmt: skip
+        before = row(pg_url, "osprey")
+        kill(a)
+        b = fleet.start("b", server)
+        after = ended(pg_url, "osprey", b)
+    assert (before["iteration"], before["dollars"]) == (1, 2 * REQUEST_DOLLARS)  # iteration 2 never recorded
+    assert summary(after) == ("LOOP_DONE", 3, 2, 1), after
+    # Six requests answered in all (two an iteration), each counted once: on the row, on the
+    # day's spend, and in the counters the loop ran on.
+    assert (after["dollars"], after["tokens"]) == (6 * REQUEST_DOLLARS, 6 * REQUEST_TOKENS), after
+    assert spend_today(pg_url) == 6 * REQUEST_DOLLARS
+    assert after["state"]["counters"]["iterations_used"] == 3
+    assert pushed_lines(remote, "osprey") == ["one", "two", "three"]
+    (recovered,) = said(b, "recovered")
+    assert (recovered["iterations"], recovered["dollars"]) == ([2], 2 * REQUEST_DOLLARS), recovered
+    assert iteration_events(pg_url, "osprey") == [(1, 1), (2, 2), (3, 2)]
+    assert tip_record(remote, "osprey")["Loopwright-Iteration"] == "3"
 
 
 def test_a_worker_back_after_its_lease_ran_out_pushes_nothing(pg_url, remote, fleet):

@@ -1,6 +1,6 @@
 """The fleet's limits as a slot meets them (lib/loopwright/fleet/limits.py): the dollars a
-boundary adds, the look one iteration ahead that makes the iteration under way the last, the
-outcome a budget stop leaves in the database, and an account's pause from a runner's event."""
+boundary adds, the room under a cap a boundary or a claim asks for (registry/reservations.py),
+the outcome a budget stop leaves in the database, and an account's pause from a runner's event."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import math
 
 from loopwright.core.clock import now_iso
 from loopwright.fleet import limits
+from loopwright.registry import reservations
+from loopwright.registry.limits import room_reason
 
 
 def test_the_dollars_a_boundary_adds_are_what_the_database_has_not_counted():
@@ -28,25 +30,27 @@ def test_the_mean_iteration_cost():
     assert limits.mean_cost(1.5, True) == 0.0 and limits.mean_cost(math.nan, 2) == 0.0
 
 
-def test_the_iteration_under_way_is_the_last_when_another_would_reach_a_cap():
+def test_the_room_under_a_cap_counts_the_spend_what_others_hold_and_the_next_two_iterations():
+    """A boundary's and a claim's question (registry/reservations.py): would today's spend, what
+    the other running loops hold and this loop's two iterations pass a cap? The fleet's first."""
     spent = {"fleet": 1.0, "account:a": 0.5, "tag:x": 0.2}
-    # Room for another iteration everywhere: it goes on.
-    assert limits.last_iteration(spent, {"fleet": 2.0, "account:a": 1.0}, 0.4) is None
-    # Spend plus the mean reaching a cap exactly counts as reaching it.
-    why = limits.last_iteration(spent, {"fleet": 1.4}, 0.4)
-    assert why.startswith("the fleet's daily budget of $1.40 would be spent by another iteration")
-    assert "($1.00 spent today, about $0.40 an iteration)" in why
-    # The fleet's cap is named first, then accounts and tags by name.
-    both = limits.last_iteration(spent, {"tag:x": 0.5, "account:a": 0.9}, 0.4)
-    assert both.startswith("account a's daily budget of $0.90")
-    assert limits.last_iteration(spent, {"tag:x": 0.5, "fleet": 1.3}, 0.4).startswith("the fleet's")
-    # A scope with no spend today spends from 0; a cap that is not a number caps nothing.
-    assert limits.last_iteration({}, {"tag:y": 0.3}, 0.4).startswith("tag y's daily budget of $0.30")
-    assert limits.last_iteration(spent, {"fleet": None, "account:a": "1", 7: 0.1}, 5.0) is None
-    assert limits.last_iteration(None, {"fleet": 1.0}, 0.4) is None
-    assert limits.last_iteration(spent, [], 0.4) is None
-    # Before the loop's first iteration its mean is 0: only a cap reached already ends it.
-    assert limits.last_iteration(spent, {"fleet": 1.01}, 0.0) is None
+    holds = {"fleet": 0.6, "account:a": 0.0, "tag:x": 0.0}
+    assert reservations.short(spent, {"fleet": 2.4, "account:a": 1.3}, holds, 0.8) is None
+    # Exactly at the cap is within it (sums of binary fractions, and float noise, are not past it).
+    assert reservations.short(spent, {"fleet": 2.4}, holds, 0.8) is None
+    assert reservations.short({"fleet": 0.1 + 0.2}, {"fleet": 0.3}, {}, 0.0) is None
+    assert reservations.short(spent, {"fleet": 2.39, "account:a": 1.3}, holds, 0.8) == "fleet"
+    assert reservations.short(spent, {"tag:x": 0.5, "account:a": 0.9}, holds, 0.8) == "account:a"
+    assert reservations.short({}, {"tag:y": 0.3}, {}, 0.4) == "tag:y"  # nothing spent: from 0
+    why = room_reason("fleet", 14.25, 12.0, 1.5, 1.5)
+    assert why == (
+        "the fleet's daily budget of $14.25 would be passed by another iteration ($12.00 spent today, "
+        "$1.50 held by running iterations, about $1.50 an iteration)"
+    )
+    # A loop's own mean from its row, or nothing before its first recorded iteration.
+    assert reservations.loop_mean({"iteration": 4, "dollars": 1.5}) == 0.375
+    for row in ({"iteration": 0, "dollars": 1.0}, {"iteration": True, "dollars": 1.0}, {"iteration": 2}):
+        assert reservations.loop_mean(row) is None
 
 
 def test_a_budget_stop_ends_the_row_budget_exhausted_unless_the_loop_finished_its_work():

@@ -100,6 +100,25 @@ def test_commit_all_and_push(tmp_path, remote):
     assert remote_commit(remote, "main") != sha, "only the work branch moves"
 
 
+def test_a_commit_that_carries_only_its_message_and_the_messages_since_a_commit(tmp_path, remote):
+    """Each push carries its iteration's record (fleet/ledger.py), made even when the agent
+    changed nothing; a takeover reads the messages after the last recorded commit, or the last
+    ones when that commit is not an ancestor of the tip (the branch was rewritten)."""
+    ws = worker(tmp_path, remote)
+    start = ws.prepare()
+    first = ws.commit_all("one\n\nLoopwright-Iteration: 1", allow_empty=True)
+    second = ws.commit_all("two\n\nLoopwright-Iteration: 2", allow_empty=True)
+    assert first != second != start and git("diff", "--stat", start, second, cwd=ws.dir) == ""
+    assert ws.messages(first, second, 10) == (["two\n\nLoopwright-Iteration: 2\n"], True)
+    assert ws.messages(second, second, 10) == ([], True)
+    newest, ranged = ws.messages(None, second, 2)
+    assert [m.split("\n")[0] for m in newest] == ["two", "one"] and not ranged
+    elsewhere = "f" * 40  # a commit this clone does not have: as if the branch was rewritten
+    assert ws.messages(elsewhere, second, 1) == (["two\n\nLoopwright-Iteration: 2\n"], False)
+    with pytest.raises(ValueError):
+        ws.messages("--all", second, 1)
+
+
 def test_the_identity_is_loopwrights_unless_git_config_gives_one(tmp_path, remote, monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-global"))
     monkeypatch.setenv("GIT_CONFIG_SYSTEM", str(tmp_path / "no-system"))

@@ -38,9 +38,10 @@ def test_status_shows_the_database_its_version_and_each_step(registry_url, tmp_p
         ["4", "items", "applied"],
         ["5", "worker_policy", "applied"],
         ["6", "claims", "applied"],
+        ["7", "reservations", "applied"],
     ]
     data = json.loads(db_status(tmp_path, "--json", LOOPWRIGHT_DATABASE_URL=registry_url).stdout)
-    assert (data["where"], data["version"], data["latest"]) == (registry_url, 6, 6)
+    assert (data["where"], data["version"], data["latest"]) == (registry_url, 7, 7)
     assert [(s["version"], s["name"]) for s in data["steps"]] == [
         (1, "runs"),
         (2, "fleet"),
@@ -48,6 +49,7 @@ def test_status_shows_the_database_its_version_and_each_step(registry_url, tmp_p
         (4, "items"),
         (5, "worker_policy"),
         (6, "claims"),
+        (7, "reservations"),
     ]
 
 

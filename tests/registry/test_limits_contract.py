@@ -151,11 +151,11 @@ def test_claims_stop_at_the_dollar_cap_and_resume_the_next_day(reg):
     reg.set_limits("fleet", max_dollars_per_day=5)
     l0 = reg.claim("w", "h", lease=600)
     assert l0["name"] == "l0"
-    first = reg.record_spend(l0["id"], 1, 3.0, iteration=1, dollars=3.0)
-    assert first["stop"] is None and first["spent_today"] == {"fleet": 3.0, "account:default": 3.0}
+    first = reg.record_spend(l0["id"], 1, 1.0, iteration=1, dollars=1.0)
+    assert first["stop"] is None and first["spent_today"] == {"fleet": 1.0, "account:default": 1.0}
     l1 = reg.claim("w", "h", lease=600)
     reg.release(l1["id"], 1, "draining")  # claimed under the cap, handed back
-    done = reg.record_spend(l0["id"], 1, 2.0, iteration=2, dollars=5.0)  # exactly the cap: reached
+    done = reg.record_spend(l0["id"], 1, 4.0, iteration=2, dollars=5.0)  # exactly the cap: reached
     assert done["stop"] == OUT and "the fleet's daily budget of $5.00 is spent ($5.00 on" in done["reason"]
     assert reg.spend_today() == 5.0 and reg.spend_today("account:default") == 5.0
     assert claimed(reg) == []
@@ -167,7 +167,10 @@ def test_claims_stop_at_the_dollar_cap_and_resume_the_next_day(reg):
         tx.run("DELETE FROM fleet_spend WHERE day = %s", days[:1])
         tx.run("UPDATE fleet_spend SET day = %s WHERE day = %s", days)
     assert reg.spend_today() == 0.0
-    assert claimed(reg) == ["l1", "l2"]
+    # l1 holds its first two iterations at the fleet's mean ($2.50 each): the whole $5.00.
+    assert claimed(reg) == ["l1"]
+    reg.finish(reg.fleet_loop("l1")["id"], 2, "LOOP_DONE", "done")
+    assert claimed(reg) == ["l2"]
 
 
 def test_an_account_or_tag_dollar_cap_stops_its_loops_only(reg):
@@ -203,14 +206,73 @@ def test_a_spent_budget_tells_every_other_running_loop_of_its_scope_at_once(reg)
     next boundary; loops of other scopes, and a stop already asked for, are left alone."""
     for name, account, tags in (("x1", "a", ()), ("x2", "a", ()), ("x3", "a", ()), ("y1", "b", ())):
         submit(reg, name, account=account, tags=tags)
-    reg.set_limits("account:a", max_dollars_per_day=1)
     rows = {r["name"]: r for r in (reg.claim("w", "h", lease=600) for _ in range(4))}
+    reg.set_limits("account:a", max_dollars_per_day=1)
     assert reg.request("x3", "stop")["control"] == "stop"
     assert reg.record_spend(rows["x1"]["id"], 1, 0.5)["stop"] is None
     assert reg.heartbeat(rows["x2"]["id"], 1, lease=600)["control"] is None  # under the cap: nothing
     assert reg.record_spend(rows["x1"]["id"], 1, 0.5)["stop"] == OUT
     controls = {n: reg.heartbeat(r["id"], 1, lease=600)["control"] for n, r in rows.items()}
     assert controls == {"x1": None, "x2": "budget", "x3": "stop", "y1": None}
+
+
+def held(reg, name):
+    return reg.fleet_loop(name)["reserved"]
+
+
+def test_a_boundary_holds_room_for_the_next_iteration_and_the_others_count_it(reg):
+    """Issue 26 item 6(b): each boundary asks whether the spend, what the other running loops
+    hold and its own two iterations (the one under way, the next) stay within the cap; if not,
+    the one under way is its last and it holds only that one."""
+    a, b = submit(reg, "a"), submit(reg, "b")
+    assert claimed(reg) == ["a", "b"]
+    reg.set_limits("fleet", max_dollars_per_day=10)
+    first = reg.record_spend(a["id"], 1, 2.0, reserve=2.0)
+    assert (first["last"], held(reg, "a"), held(reg, "b")) == (None, 4.0, 0.0)  # $2 + $0 + 2 x $2
+    second = reg.record_spend(b["id"], 1, 2.0, reserve=2.0)  # $4 + $4 held by a + 2 x $2 > $10
+    assert second["last"] == (
+        "the fleet's daily budget of $10.00 would be passed by another iteration ($4.00 spent today, "
+        "$4.00 held by running iterations, about $2.00 an iteration)"
+    )
+    assert (second["stop"], held(reg, "b")) == (None, 2.0)
+    third = reg.record_spend(a["id"], 1, 2.0, reserve=2.0)  # $6 + $2 + $4 > $10
+    assert (
+        third["last"].startswith("the fleet's daily budget of $10.00 would be passed")
+        and held(reg, "a") == 2.0
+    )
+    reg.record_spend(a["id"], 1, 2.0)  # its last: nothing more runs, it holds nothing
+    assert held(reg, "a") == 0.0 and reg.spend_today() == 8.0
+    reg.finish(b["id"], 1, OUT, "spent")  # an ended loop holds nothing, whatever its row says
+    assert reg.record_spend(a["id"], 1, 0.0, reserve=1.0)["last"] is None  # $8 + 2 x $1
+    with pytest.raises(RegistryError):
+        reg.record_spend(a["id"], 1, 0.0, reserve=math.nan)
+
+
+def test_claims_hold_the_first_two_iterations_and_wait_for_a_cost_to_go_by(reg):
+    for name in ("p", "q", "r"):
+        submit(reg, name)
+    reg.set_limits("fleet", max_dollars_per_day=10)
+    # Nothing in the fleet has a cost yet: one loop runs until it has one.
+    assert claimed(reg) == ["p"] and held(reg, "p") is None
+    p = reg.fleet_loop("p")
+    assert reg.record_spend(p["id"], 1, 1.5, iteration=1, dollars=1.5, reserve=1.5)["last"] is None
+    # The fleet's mean, $1.50, is the first estimate of the others: q holds $3.00, r would pass.
+    assert claimed(reg) == ["q"] and (held(reg, "p"), held(reg, "q")) == (3.0, 3.0)
+    reg.finish(p["id"], 1, "LOOP_DONE", "done")
+    assert claimed(reg) == ["r"] and reg.spend_today() == 1.5  # $1.50 + $3.00 + $3.00
+
+
+def test_a_failover_its_cap_has_no_room_for_ends_out_of_budget(reg):
+    gone, live = submit(reg, "gone"), submit(reg, "live")
+    assert claimed(reg) == ["gone", "live"]
+    reg.set_limits("fleet", max_dollars_per_day=5)
+    reg.record_spend(gone["id"], 1, 1.0, iteration=1, dollars=1.0, reserve=1.0)
+    reg.record_spend(live["id"], 1, 2.0, iteration=1, dollars=2.0, reserve=2.0)  # $3 + $2 + $4
+    expire(reg, gone["id"])
+    assert reg.claim("w2", "h2") is None  # $3.00 spent + $2.00 live holds + 2 x $1.00 > $5.00
+    row = reg.fleet_loop("gone")
+    assert (row["status"], row["outcome"]) == ("ended", OUT)
+    assert row["reason"].startswith("the fleet's daily budget of $5.00 would be passed by another iteration")
 
 
 def test_a_failover_past_the_dollar_cap_ends_out_of_budget(reg):
@@ -382,6 +444,39 @@ def test_two_loops_crossing_the_cap_at_once_both_end_and_the_spend_is_exact(reg)
     reg.set_limits("fleet", max_dollars_per_day=16)
     assert _cross_together(reg, more, 1.5) == ["", OUT]
     assert reg.spend_today() == 16.0
+
+
+def test_two_boundaries_at_once_never_both_take_the_last_room(reg):
+    """Each decision on the room under a cap takes the cap's row first: of two boundaries that
+    each find room for their next iteration alone, the second sees the first one's hold. On
+    PostgreSQL the cap's row is held until both wait on it, so that they start together."""
+    loops = [submit(reg, "a"), submit(reg, "b")]
+    assert claimed(reg) == ["a", "b"]
+    reg.set_limits("fleet", max_dollars_per_day=10)
+    set_spend(reg, today(reg), "fleet", 5.0)  # room for two iterations of $1.50 each, not four
+    held_row = None
+    if reg.backend.dialect == "postgres":
+        import psycopg
+
+        held_row = psycopg.connect(reg.backend.url)
+        held_row.execute("SELECT scope FROM fleet_limits WHERE scope = 'fleet' FOR UPDATE")
+    got = {}
+    threads = [
+        threading.Thread(
+            target=lambda r=r: got.update({r["name"]: reg.record_spend(r["id"], 1, 0.0, reserve=1.5)})
+        )
+        for r in loops
+    ]
+    for t in threads:
+        t.start()
+    if held_row is not None:
+        wait_for(lambda: _waiting_on_locks(reg) >= 2, "both boundaries to wait on the cap's row")
+        held_row.commit()
+        held_row.close()
+    for t in threads:
+        t.join(timeout=300)
+    assert sorted(got[r["name"]]["last"] is None for r in loops) == [False, True]
+    assert sorted(held(reg, r["name"]) for r in loops) == [1.5, 3.0]  # $5 + $3 + $1.50 <= $10
 
 
 def _claim_some(url, start, out):

@@ -17,7 +17,11 @@ from waiting import wait_for
 def test_a_new_registry_has_every_step_and_reopening_applies_none(reg, registry_url):
     status = reg.schema_status()
     kind = "postgres" if registry_url.startswith("postgresql://") else "sqlite"
-    assert (status["database"], status["version"], status["latest"]) == (kind, migrate.latest(), migrate.latest())
+    assert (status["database"], status["version"], status["latest"]) == (
+        kind,
+        migrate.latest(),
+        migrate.latest(),
+    )
     assert [(s["version"], s["name"]) for s in status["steps"]] == [
         (1, "runs"),
         (2, "fleet"),
@@ -25,6 +29,7 @@ def test_a_new_registry_has_every_step_and_reopening_applies_none(reg, registry_
         (4, "items"),
         (5, "worker_policy"),
         (6, "claims"),
+        (7, "reservations"),
     ]
     assert all(s["applied_at"] > 0 for s in status["steps"])
     assert migrate.apply(reg.backend) == []

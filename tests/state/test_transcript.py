@@ -100,6 +100,7 @@ def test_incremental_reads_only_new_bytes_and_keep_counting_split_messages(tmp_p
     assert first.usage["claude-sonnet-4-5"]["output_tokens"] == 1
     assert second.usage["claude-sonnet-4-5"]["output_tokens"] == 3 + 2
     assert second.usage["claude-sonnet-4-5"]["input_tokens"] == 3
+    assert (first.requests, second.requests) == (1, 1)  # m1 read on is the same request
 
 
 def test_partial_last_line_waits_for_the_next_tick(tmp_path):
@@ -191,19 +192,21 @@ def test_any_split_into_ticks_counts_the_same_as_one_read(tmp_path_factory, mess
     data = "".join(lines)
     whole = d / "whole.jsonl"
     whole.write_text(data)
-    expected = read_increment(str(whole), Cursor(offset=0)).usage
+    once = read_increment(str(whole), Cursor(offset=0))
+    expected = once.usage
+    assert once.requests == len(messages)  # one model request per message id, however many lines
     grown = d / "grown.jsonl"
     grown.write_text("")
-    cursor, totals = Cursor(offset=0), {}
+    cursor, totals, requests = Cursor(offset=0), {}, 0
     for cut in sorted({min(c, len(data)) for c in cuts} | {len(data)}):
         grown.write_text(data[:cut])
         inc = read_increment(str(grown), cursor)
-        cursor = inc.cursor
+        cursor, requests = inc.cursor, requests + inc.requests
         for model, counts in inc.usage.items():
             slot = totals.setdefault(model, dict.fromkeys(counts, 0))
             for k, v in counts.items():
                 slot[k] += v
-    assert totals == expected
+    assert totals == expected and requests == len(messages)
 
 
 def stamped(entry, ts):

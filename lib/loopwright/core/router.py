@@ -189,7 +189,7 @@ def decide(snap: Snapshot) -> Decision:
     history = history_line(t, outcome, fired)
     if outcome is not None:
         t.budget["pending_gates"] = []
-        earns, why = wrapup.earns_turn(t.budget, outcome)
+        earns, why = wrapup.earns_turn(t.budget, outcome, uncounted(snap))
         if earns:
             return _open_wrap_up(t, history, outcome, reason, fired)
         if why:

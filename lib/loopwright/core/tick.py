@@ -4,7 +4,7 @@ the agent's reports, the block-cap bookkeeping and the iteration's history line.
 from __future__ import annotations
 
 from loopwright.core import budget as budgets
-from loopwright.core import gates
+from loopwright.core import gates, wrapup
 from loopwright.core.clock import now_iso
 from loopwright.core.modeapi import Tick
 from loopwright.core.outcomes import CONTINUE, PAUSE
@@ -75,6 +75,8 @@ def fold_turn(t) -> dict:
     b["cursor"] = snap.turn.cursor.to_dict()
     t.dollars_before = float(b.get("dollars_estimate", 0.0))
     price(t, snap.rates or table(None))
+    tokens = t.delta["input_tokens"] + t.delta["output_tokens"]
+    wrapup.note_turn(b, b["dollars_estimate"] - t.dollars_before, tokens, snap.turn.requests)
     t.folded = budgets.fold_reports(b, list(snap.reports), skip=snap.mode.self_counted)
     b["iterations_used"] = t.iteration
     for note in snap.turn.notes:

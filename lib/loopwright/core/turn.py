@@ -69,6 +69,7 @@ class Increment(Record):
         ("notes", []),
         ("opened", False),
         ("lagging", False),
+        ("requests", 0),
     )
 
     cursor: Cursor
@@ -84,6 +85,7 @@ class Increment(Record):
     notes: list[str]
     opened: bool  # the transcript was there to read
     lagging: bool  # the read gave up before the turn's final message arrived
+    requests: int  # model responses with usage (one per message id): what a turn's cost is made of
 
     @property
     def final_text(self) -> str | None:

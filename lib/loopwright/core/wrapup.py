@@ -6,12 +6,15 @@ is left, what failed, how to go on) so whoever continues, a person or ``--resume
 does not start blind. The Stop after that turn ends the loop with the outcome it
 already had, whatever the agent did.
 
-The dollar and token ceilings still hold: their wrap-up is taken *before* the ceiling,
-as soon as what is left would not pay for one more iteration and the wrap-up (twice
-the loop's mean iteration cost; a share of the ceiling before there is a mean). When a
-single turn jumps past one of those two ceilings anyway, there is no wrap-up turn: it
-would only spend more past the ceiling. Cancel, a stop request, a gate's stop and the
-loop's own ends get no wrap-up turn either.
+The dollar and token ceilings still hold, the wrap-up turn included: it is taken *before*
+the ceiling, as soon as what is left would not pay for one more iteration and the wrap-up
+turn (a share of the ceiling before there is a cost to go by). A working turn is expected to
+cost the loop's mean iteration, or its last turn when that cost more (a session's turns carry
+ever more context). The wrap-up turn is expected to cost two model requests (the handoff
+written with one tool call, then the turn's last word) at the dearest request so far: not an
+iteration's cost, which may be one request or thirty. A loop whose dollars or tokens left would
+not pay for the wrap-up turn gets none, whatever ran out: it would spend past the ceiling.
+Cancel, a stop request, a gate's stop and the loop's own ends get no wrap-up turn either.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from loopwright.core import budget as budgets
 from loopwright.core.outcomes import MAX_ITERATIONS
 
 DEFAULT_FLOOR = 0.1  # share of the dollar and token ceilings kept before a mean is known
-RESERVE_ITERATIONS = 2  # one more working iteration, then the wrap-up turn itself
+WRAP_UP_REQUESTS = 2  # the model requests of a wrap-up turn: the handoff's tool call, the last word
 PRE_CEILING = ("tokens", "dollars")  # taken before the ceiling, not after it
 EXHAUSTED = "BUDGET_EXHAUSTED:"
 
@@ -49,13 +52,44 @@ def dimension(outcome: str) -> str | None:
     return None
 
 
+def note_turn(budget: dict, dollars: float, tokens: int, requests: int) -> None:
+    """What the turn that ended cost, kept for the estimates below: its dollars, tokens and
+    model requests, and the dearest request so far (dollars and tokens each)."""
+    router = budget["router"]
+    router["last_turn"] = {
+        "dollars": round(max(dollars, 0.0), 6),
+        "tokens": max(tokens, 0),
+        "requests": requests,
+    }
+    if requests > 0:
+        dearest = dict(router.get("dearest_request") or {})
+        for dim, spent in (("dollars", dollars), ("tokens", tokens)):
+            dearest[dim] = round(max(_number(dearest.get(dim)), spent / requests), 6)
+        router["dearest_request"] = dearest
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def turn_cost(budget: dict, dim: str) -> float:
+    """What the next working turn is expected to cost of ``dim`` (0 before anything cost)."""
+    iterations = int(budget.get("iterations_used") or 0)
+    mean = budgets.used(budget, dim) / iterations if iterations > 0 else 0.0
+    return max(mean, _number((budget["router"].get("last_turn") or {}).get(dim)))
+
+
+def wrap_up_cost(budget: dict, dim: str) -> float:
+    """What the wrap-up turn is expected to cost of ``dim``: its requests at the dearest so far;
+    a working turn's cost where requests were never counted (a budget from before they were)."""
+    dearest = _number((budget["router"].get("dearest_request") or {}).get(dim))
+    return WRAP_UP_REQUESTS * dearest if dearest > 0 else turn_cost(budget, dim)
+
+
 def reserve(budget: dict, dim: str) -> float:
     """What must be left of ``dim`` for one more iteration and the wrap-up turn."""
-    used = budgets.used(budget, dim)
-    iterations = int(budget.get("iterations_used") or 0)
-    if iterations > 0 and used > 0:
-        return RESERVE_ITERATIONS * used / iterations
-    return floor(budget) * (budgets.ceiling(budget, dim) or 0.0)
+    need = turn_cost(budget, dim) + wrap_up_cost(budget, dim)
+    return need if need > 0 else floor(budget) * (budgets.ceiling(budget, dim) or 0.0)
 
 
 def short_of_reserve(budget: dict, skip: tuple) -> tuple[str | None, str, list[str]]:
@@ -77,14 +111,25 @@ def short_of_reserve(budget: dict, skip: tuple) -> tuple[str | None, str, list[s
     return None, "", []
 
 
-def earns_turn(budget: dict, outcome: str) -> tuple[bool, str]:
-    """Whether an ending gets the wrap-up turn, and why not when it does not."""
+def earns_turn(budget: dict, outcome: str, skip: tuple = ()) -> tuple[bool, str]:
+    """Whether an ending gets the wrap-up turn, and why not when it does not: not when the
+    dollars or tokens left (whatever ran out) would not pay for it."""
     dim = dimension(outcome)
     if dim is None or not enabled(budget) or open_record(budget):
         return False, ""
     cap = budgets.ceiling(budget, dim)
     if dim in PRE_CEILING and cap is not None and budgets.used(budget, dim) >= cap:
         return False, f"the {dim} ceiling was already reached, so there is no wrap-up turn to spend past it"
+    for each in PRE_CEILING:
+        cap = budgets.ceiling(budget, each)
+        if each in skip or cap is None:
+            continue
+        left, need = cap - budgets.used(budget, each), wrap_up_cost(budget, each)
+        if left < need:
+            return False, (
+                f"what is left of the {each} ceiling ({budgets.fmt(each, left)}) would not pay for a wrap-up "
+                f"turn (about {budgets.fmt(each, need)}), so there is none: it would spend past the ceiling"
+            )
     return True, ""
 
 

@@ -2,10 +2,10 @@
 whether the iteration under way must be the loop's last, and an account's pause after a usage
 limit. Pure: the slot reads the loop's files and the database, this decides.
 
-The budget is checked at iteration boundaries only (the registry's ``record_spend``), and the
-iteration under way when a boundary is recorded has started already: a stop written then ends
-the loop after it. So that a loop goes at most one iteration past a cap, a boundary that leaves
-less than the loop's mean iteration cost before a cap makes the iteration under way the last.
+The budget is checked at iteration boundaries (the registry's ``record_spend``) and claims, and
+the iteration under way when a boundary is recorded has started already: a stop written then
+ends the loop after it. So the boundary holds room for that one and, when every cap has room,
+for the next (registry/reservations.py); when not, the iteration under way is the last.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import math
 from loopwright.core.clock import now_iso, parse_iso
 from loopwright.core.outcomes import budget_exhausted, stopped
 from loopwright.core.recovery import FINISHED
-from loopwright.registry.limits import SPENT, whose  # noqa: F401 - SPENT: the control a spent budget sets (slot.py)
+from loopwright.registry.limits import SPENT  # noqa: F401 - the control a spent budget sets (slot.py)
 
 OUT_OF_BUDGET = budget_exhausted("fleet_dollars")
 STOP_REASON = "fleet_dollars"  # the local loop's stop request: it ends STOPPED:fleet_dollars
 LOCAL_STOP = stopped(STOP_REASON)
-FLEET = "fleet"
 SPENT_ELSEWHERE = (
     "a daily budget this loop counts in was spent (by another loop's iteration): "
     "the iteration under way was its last"
@@ -47,27 +46,6 @@ def mean_cost(dollars, iterations) -> float:
     """The loop's mean iteration cost so far (0 before its first iteration)."""
     count = iterations if isinstance(iterations, int) and not isinstance(iterations, bool) else 0
     return money(dollars) / count if count > 0 else 0.0
-
-
-def last_iteration(spent, caps, mean: float) -> str | None:
-    """Why the iteration under way must be the loop's last: in one of its capped scopes,
-    today's spend plus the loop's mean iteration cost would reach the cap. None while every
-    capped scope has room for another iteration. ``spent`` and ``caps`` map scope -> dollars,
-    as the boundary's ``record_spend`` returned them."""
-    if not isinstance(spent, dict) or not isinstance(caps, dict):
-        return None
-    for scope in sorted((s for s in caps if isinstance(s, str)), key=lambda s: (s != FLEET, s)):
-        cap = caps[scope]
-        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap):
-            continue
-        today = money(spent.get(scope))
-        if today + mean >= cap:
-            return (
-                f"{whose(scope)} daily budget of ${cap:,.2f} would be spent by another iteration "
-                f"(${today:,.2f} spent today, about ${mean:,.2f} an iteration): "
-                "the iteration under way is the loop's last"
-            )
-    return None
 
 
 def ends_for_budget(local_outcome, told_stop: bool) -> bool:

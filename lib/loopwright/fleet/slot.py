@@ -16,9 +16,7 @@ runner and hands the loop back, to go on after the reset.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -29,8 +27,9 @@ from loopwright.actions import carry
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.core.outcomes import gate_stop, stopped
-from loopwright.fleet import handoff, limits, spec, unprepared
+from loopwright.fleet import handoff, limits, reconcile, spec, unprepared
 from loopwright.fleet.items import Share
+from loopwright.fleet.runnerproc import kill_tree
 from loopwright.fleet.workspace import PushRejected, Workspace, WorkspaceError
 from loopwright.registry import LeaseLost, RegistryError
 from loopwright.state import loops, plugindir, store
@@ -66,6 +65,7 @@ class Slot:
         self.note = ""
         self.share: Share | None = None  # a --parallel work loop's share of its backlog (fleet/items.py)
         self.recorded = limits.money(row.get("dollars"))  # the loop's dollars the database has counted
+        self.counted = reconcile.carried(row)  # the loop's counters at its last record: a push's adds to them
         self.out_of_budget: str | None = None  # why the fleet's budget ends the loop (its row's reason)
         self.told_stop = False  # a boundary said the budget is spent (not only that it would be)
         self.quota: dict | None = None  # the runner's quota_wait event, not acted on yet
@@ -115,6 +115,9 @@ class Slot:
         except (WorkspaceError, ValueError) as exc:  # Refused is a ValueError
             return self._unprepared(str(exc))
         shutil.rmtree(self.ws.dir / ".loopwright", ignore_errors=True)  # a new local loop each claim
+        self.out_of_budget = reconcile.recover(self)  # what a worker pushed and did not record
+        if self.out_of_budget:
+            return self._end_for_budget()
         self.w.log("claimed", loop=self.name, generation=self.gen, failovers=row["failovers"])
         self.share = Share.of(self)
         if self.share is not None:
@@ -269,11 +272,15 @@ class Slot:
 
     def _sync(self, iteration: int, final: bool = False) -> None:
         """Commit, renew the claim, push, then record the iteration: in that order, so that the
-        database never counts an iteration whose work is not on the remote."""
+        database never counts an iteration whose work is not on the remote. The commit (made
+        even when the agent changed nothing) carries the iteration's record (fleet/ledger.py):
+        a worker that dies between its push and its record loses nothing, the next claim
+        records it from the branch (fleet/reconcile.py)."""
         if self.ws is None:
             return
-        self.ws.commit_all(f"loopwright {self.name}: iteration {iteration}{' (last)' if final else ''}")
-        head = self.ws.head()
+        budget = self._budget()
+        dollars = limits.money(budget.get("dollars_estimate"))
+        head = reconcile.commit(self, iteration, final, budget, dollars)
         self._write(self.w.registry.heartbeat, lease=self.w.lease)  # fenced: a lost claim stops here
         moved = head != self.ws.remote_seen
         if moved:
@@ -288,11 +295,11 @@ class Slot:
                 raise HandBack(
                     f"the branch moved under this worker ({exc.line}): it goes on from there"
                 ) from None
-        budget = self._budget()
+            reconcile.pause_for_test(self.lost)
         tokens = int(budget.get("tokens_in") or 0) + int(budget.get("tokens_out") or 0)
-        dollars = limits.money(budget.get("dollars_estimate"))
         spend = self._spend(
             dollars,
+            reserve=None if final or self.out_of_budget else limits.mean_cost(dollars, iteration),
             iteration=iteration,
             minutes=float(budget.get("minutes_elapsed") or 0.0),
             tokens=tokens,
@@ -300,9 +307,10 @@ class Slot:
             state={"counters": carry.snapshot(budget), "local": self.local, "head": head},
             last_decision=str((budget.get("router") or {}).get("last_reason") or "")[:2000],
         )
+        self.counted = carry.snapshot(budget)
         for line in self._history():  # each with the commit that holds its work, for a handoff
             self._write(self.w.registry.add_event, "iteration", dict(line, commit=head[:12]))
-        self._heed(spend, limits.mean_cost(dollars, iteration), final)
+        self._heed(spend, final)
         self.w.log("pushed" if moved else "recorded", loop=self.name, iteration=iteration, head=head[:12])
 
     def _spend(self, spent: float, /, **progress) -> dict:
@@ -326,7 +334,7 @@ class Slot:
 
     # --- the fleet's budget and the account's pause -------------------------------------------
 
-    def _heed(self, spend: dict, mean: float, final: bool) -> None:
+    def _heed(self, spend: dict, final: bool) -> None:
         """What a boundary's spend says: the account is paused, the fleet's budget is spent
         (the loop ends now), or would be by the iteration under way (then that is the last)."""
         if spend.get("paused_until") is not None and self.paused is None:
@@ -337,9 +345,10 @@ class Slot:
             first, self.told_stop = not self.told_stop, True
         elif self.out_of_budget is None and not final:
             # The iteration under way started before this boundary was recorded: a stop written
-            # now ends the loop after it, not before. Making it the last when it would reach a
-            # cap keeps the loop to one iteration past the cap, not two.
-            self.out_of_budget = limits.last_iteration(spend.get("spent_today"), spend.get("caps"), mean)
+            # now ends the loop after it, not before. The boundary held room for it and said
+            # whether the caps have room for another too (registry/reservations.py): when not,
+            # the one under way is the last.
+            self.out_of_budget = spend.get("last")
             first = self.out_of_budget is not None
         else:
             first = False
@@ -455,27 +464,9 @@ class Slot:
 
     def _kill(self) -> None:
         """Stop the runner and its client now: the loop stays as it was at its last pushed
-        iteration. The runner starts its client in a session of its own, so the runner's group
-        is not enough: every process under the runner is found first, then each one's group and
-        itself are killed (a client left alive would go on spending)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        import psutil
-
-        try:
-            below = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.Error:
-            below = []
-        for pid in [self.proc.pid, *(p.pid for p in below)]:
-            for kill in (
-                lambda p=pid: os.killpg(os.getpgid(p), signal.SIGKILL),
-                lambda p=pid: os.kill(p, signal.SIGKILL),
-            ):
-                try:
-                    kill()
-                except (ProcessLookupError, PermissionError):
-                    pass
-        self.proc.wait()
+        iteration."""
+        if self.proc is not None:
+            kill_tree(self.proc)
 
     def _write(self, call, *args, **fields):
         """A fenced write of this claim's, retried while the database is away (LeaseLost is not

@@ -319,15 +319,16 @@ class Workspace:
 
     # -- commit and push --------------------------------------------------------------------
 
-    def commit_all(self, message: str) -> str | None:
+    def commit_all(self, message: str, allow_empty: bool = False) -> str | None:
         """Commit everything the agent left, new files included, except .loopwright/; None
-        when there was nothing to commit. The identity is git config's, else loopwright's."""
+        when there was nothing to commit (unless ``allow_empty``: a commit that only carries
+        its message). The identity is git config's, else loopwright's."""
         # info/exclude keeps .loopwright/ out of `add --all` (an exclude pathspec naming an
         # ignored path makes add fail); the reset unstages its files a repository tracks.
         self._git("add", "--all")
         self._git("reset", "--quiet", "--", ".loopwright")
         rc, _ = self._ok("diff", "--cached", "--quiet")
-        if rc == 0:
+        if rc == 0 and not allow_empty:
             return None
         env = dict(self.env)
         for key, value in (("name", IDENTITY[0]), ("email", IDENTITY[1])):
@@ -335,8 +336,22 @@ class Workspace:
                 env[f"GIT_AUTHOR_{key.upper()}"] = env[f"GIT_COMMITTER_{key.upper()}"] = value
         # whitespace, not strip: a line such as "#12 fixed" is part of the message.
         text = message.strip() or "loopwright: iteration"
-        self._git("commit", "--quiet", "--no-verify", "--cleanup=whitespace", "-F", "-", input=text, env=env)
+        empty = ("--allow-empty",) if rc == 0 else ()
+        args = ("commit", "--quiet", "--no-verify", *empty, "--cleanup=whitespace", "-F", "-")
+        self._git(*args, input=text, env=env)
         return self.head()
+
+    def messages(self, since: str | None, tip: str, limit: int) -> tuple[list[str], bool]:
+        """The messages of the commits after ``since`` up to ``tip``, newest first, at most
+        ``limit``, and True; of the last ``limit`` commits up to ``tip`` and False when ``since``
+        is None or not an ancestor of ``tip`` here (the branch was rewritten)."""
+        for commit in (since, tip):
+            if commit is not None and not _SHA.match(commit):
+                raise ValueError(f"{commit!r} is not a commit id")
+        known = since is not None and self._ok("merge-base", "--is-ancestor", since, tip)[0] == 0
+        span = f"{since}..{tip}" if known else tip
+        out = self._git("log", "-z", "--format=%B", f"--max-count={int(limit)}", span, "--")
+        return [m for m in out.split("\0") if m.strip()], known
 
     def push(self, expected: str | None) -> str:
         """Push HEAD to the work branch if the remote's tip is still ``expected`` (None: the

@@ -12,7 +12,12 @@ pass a check that only one of them should:
   and the totals are compared with the caps there. A loop whose iteration reached a cap is told
   to end ``BUDGET_EXHAUSTED:fleet_dollars``, and in the same transaction every other running
   loop of that scope is asked (its control, a notification to its worker) to make the iteration
-  it is in its last: each running loop goes at most about one iteration past the cap.
+  it is in its last.
+- the room under a dollar cap is held (registry/reservations.py): each running loop holds the
+  expected cost of the iterations it has begun or may begin, a claim holds its loop's first two,
+  and a boundary lets its loop begin another only while the spend and every hold stay within
+  the cap (else the iteration under way is the last): the caps are passed by about one
+  iteration in all, not one per running loop.
 
 A day is the UTC date of the database's clock: the budget resets at midnight UTC on every
 machine at once.
@@ -25,6 +30,7 @@ import time
 from collections import Counter
 
 from loopwright.core.outcomes import budget_exhausted
+from loopwright.registry import reservations
 from loopwright.registry.api import RegistryError
 from loopwright.registry.queue import (
     CONTROL_CHANNEL,
@@ -140,6 +146,15 @@ def over_reason(scope: str, cap: float, spent: float, day: str) -> str:
     return f"{whose(scope)} daily budget of {_money(cap)} is spent ({_money(spent)} on {day} UTC)"
 
 
+def room_reason(scope: str, cap: float, spent: float, held: float, each: float) -> str:
+    """Why a loop may not begin another iteration: it would pass ``scope``'s cap."""
+    return (
+        f"{whose(scope)} daily budget of {_money(cap)} would be passed by another iteration "
+        f"({_money(spent)} spent today, {_money(held)} held by running iterations, about {_money(each)} "
+        "an iteration)"
+    )
+
+
 class ClaimGate:
     """What the limits let one claim take, read at the start of the claim's transaction.
 
@@ -158,11 +173,16 @@ class ClaimGate:
         self.running: Counter = Counter()
         self.spent: dict[str, float] = {}
         self.day = day_of(rows[0]["now"]) if rows else ""
+        self.holds, self.unknown, self.own = {}, {}, {}
+        self.mean: list = []  # the fleet's mean iteration cost, once read: [None] when none is known
+        if self.dollar_caps:  # first: every decision on the room under a cap locks these in this order
+            reservations.lock_caps(tx, dialect)
         if any(r["max_running"] is not None for r in limits):
             self._count_running(tx, dialect)
         if self.dollar_caps:
             spend = tx.rows("SELECT scope, dollars FROM fleet_spend WHERE day = %s", (self.day,))
             self.spent = {r["scope"]: r["dollars"] for r in spend}
+            self.holds, self.unknown, self.own = reservations.held(tx, scopes_of, self.dollar_caps)
         self.active = bool(rows)
         self.sifts = any(s.startswith("tag:") for s in (*self.dollar_caps, *self.running_caps))
         self.where = self._where()
@@ -209,10 +229,45 @@ class ClaimGate:
             return False
         over = [s for s in scopes if self._over(s)]
         if not over:
-            return True
+            return self._room(tx, row, scopes, failover)
         if failover:
             reason = over_reason(over[0], self.dollar_caps[over[0]], self.spent.get(over[0], 0.0), self.day)
             tx.run(END_OVER, (OUT_OF_BUDGET, reason, row["id"]))
+            self.running.subtract(scopes)
+        return False
+
+    def _room(self, tx, row: dict, scopes: list[str], failover: bool) -> bool:
+        """Whether the dollar caps of ``row``'s scopes have room for its first two iterations,
+        held for it when they do (registry/reservations.py). A loop with no cost to go by, its
+        own nor the fleet's, runs while no other of its capped scopes does; a failover that
+        would pass a cap ends here, like one past it."""
+        caps = {s: self.dollar_caps[s] for s in scopes if s in self.dollar_caps}
+        if not caps:
+            return True
+        holds, unknown = dict(self.holds), dict(self.unknown)
+        mine = self.own.get(row["id"], 0.0) if failover else 0.0
+        for scope in caps:  # a failover's own hold is its to replace
+            holds[scope] -= max(0.0, mine) if mine is not None else 0.0
+            unknown[scope] -= mine is None
+        each = reservations.loop_mean(row)
+        if each is None:
+            if not self.mean:
+                self.mean.append(reservations.fleet_mean(tx))
+            each = self.mean[0]
+        if each is None:
+            if any(unknown[s] for s in caps):
+                return False  # one loop at a time until a cost is known
+            tx.run(reservations.HOLD, (None, row["id"]))
+            return True
+        need = reservations.AHEAD * each
+        holds = {s: holds[s] + unknown[s] * need for s in caps}  # an unknown hold counted as this one
+        short = reservations.short(self.spent, caps, holds, need)
+        if short is None:
+            tx.run(reservations.HOLD, (need, row["id"]))
+            return True
+        if failover:
+            why = room_reason(short, caps[short], self.spent.get(short, 0.0), holds[short], each)
+            tx.run(END_OVER, (OUT_OF_BUDGET, why, row["id"]))
             self.running.subtract(scopes)
         return False
 
@@ -276,14 +331,20 @@ class Limits:
             row = tx.one("SELECT dollars FROM fleet_spend WHERE day = %s AND scope = %s", (day, scope))
         return row["dollars"] if row else 0.0
 
-    def record_spend(self, loop_id: str, generation: int, dollars_delta: float, **progress_fields) -> dict:
+    def record_spend(
+        self, loop_id: str, generation: int, dollars_delta: float, *, reserve=None, **progress_fields
+    ) -> dict:
         """An iteration boundary: the progress write (fields as Queue.progress takes them,
         fenced: LeaseLost when this claim no longer stands, nothing added) and the iteration's
         ``dollars_delta`` added to today's spend of the fleet, the loop's account and each of
         its tags, in one transaction, compared there with the caps. ``stop`` is the outcome the
-        loop must end with now (a cap reached), ``paused_until`` when its account is paused;
-        ``spent_today`` and ``caps`` by scope, for the worker to look one iteration ahead."""
+        loop must end with now (a cap reached), ``paused_until`` when its account is paused.
+        ``reserve``: the loop's expected iteration cost when it goes on (an iteration is under
+        way, and it may begin another); ``last`` then says why the one under way must be its
+        last (another would pass a cap: registry/reservations.py). None: nothing more runs,
+        the loop holds nothing."""
         delta = _cap(dollars_delta, float, "an iteration's dollars")
+        each = _cap(reserve, float, "an iteration's expected dollars")
         sets, args = _progress_sets(progress_fields)
         with self.backend.tx() as tx:
             fenced(tx, loop_id, generation, sets, args)
@@ -291,27 +352,42 @@ class Limits:
                 "SELECT account, tags, control, gate, {now} AS now FROM fleet_loops WHERE id = %s", (loop_id,)
             )
             day, scopes = day_of(row["now"]), scopes_of(row["account"], json_value(row["tags"]))
+            caps = reservations.lock_caps(tx, self.backend.dialect, scopes)
+            caps = {r["scope"]: r["max_dollars_per_day"] for r in caps}
             spent = {s: _add(tx, day, s, delta) for s in scopes}
-            caps = tx.rows(
-                "SELECT scope, max_dollars_per_day FROM fleet_limits WHERE max_dollars_per_day IS NOT NULL "
-                "AND scope IN (" + ", ".join("%s" for _ in scopes) + ")",
-                tuple(scopes),
-            )
             pause = tx.one(PAUSES + " AND account = %s", (row["account"],))
             self.backend.notify(tx, PROGRESS_CHANNEL, loop_id)
-            over = sorted((r["scope"] != FLEET, r["scope"], r["max_dollars_per_day"]) for r in caps)
+            over = sorted((s != FLEET, s, cap) for s, cap in caps.items())
             over = [(s, cap) for _, s, cap in over if spent[s] >= cap]
+            last = self._hold(tx, loop_id, spent, caps, each, bool(over))
             if over:
                 self._tell_spent(tx, loop_id, {s for s, _ in over})
         return {
             "stop": OUT_OF_BUDGET if over else None,
             "reason": over_reason(over[0][0], over[0][1], spent[over[0][0]], day) if over else None,
+            "last": last,
             "spent_today": spent,
-            "caps": {r["scope"]: r["max_dollars_per_day"] for r in caps},  # for the slot's look ahead
+            "caps": caps,
             "paused_until": pause["until"] if pause else None,
             "control": row["control"],
             "gate": json_value(row["gate"]),
         }
+
+    def _hold(self, tx, loop_id: str, spent: dict, caps: dict, each, over: bool) -> str | None:
+        """What the loop holds after its boundary: nothing when nothing more runs, else the
+        iteration under way, and the next when every cap has room for it; the reason the one
+        under way is its last when one has not."""
+        last = None
+        if each is not None and caps and not over:
+            holds, unknown, _ = reservations.held(tx, scopes_of, caps, but=loop_id)
+            need = reservations.AHEAD * each
+            holds = {s: holds[s] + unknown[s] * need for s in caps}  # an unknown hold counted as this one
+            short = reservations.short(spent, caps, holds, need)
+            if short is not None:
+                last = room_reason(short, caps[short], spent[short], holds[short], each)
+        ahead = 0 if each is None else 1 if (last or over) else reservations.AHEAD
+        tx.run(reservations.HOLD, (ahead * (each or 0.0), loop_id))
+        return last
 
     def _tell_spent(self, tx, loop_id: str, scopes: set[str]) -> None:
         """Every other running loop that counts in a scope whose budget is now spent is told at

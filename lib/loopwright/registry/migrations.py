@@ -169,6 +169,11 @@ ALTER TABLE fleet_workers ADD COLUMN token TEXT;
 ALTER TABLE fleet_workers ADD COLUMN live_for {real}
 """
 
+# What each running loop holds of the day's dollar budget (issue 26 item 6b, registry/limits.py):
+# the expected cost of the iterations it has started or may start and has not recorded yet, held
+# while the loop runs. NULL: an iteration whose cost nothing is known of yet.
+RESERVATIONS = "ALTER TABLE fleet_loops ADD COLUMN reserved {real} DEFAULT 0"
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
@@ -178,6 +183,7 @@ STEPS = [
     (4, "items", ITEMS, None),
     (5, "worker_policy", WORKER_POLICY, None),
     (6, "claims", {d: sql + ";" + CLAIM_COLUMNS for d, sql in CLAIMS.items()}, None),
+    (7, "reservations", RESERVATIONS, None),
 ]
 
 

@@ -248,7 +248,9 @@ def _take_assistant(inc: Increment, entry: dict[str, object]) -> None:
 
 def _count_usage(inc: Increment, mid: str | None, model: str, usage: dict) -> None:
     cur = inc.cursor
-    seen = cur.last_usage if (mid is not None and mid == cur.last_id) else {}
+    again = mid is not None and mid == cur.last_id
+    seen = cur.last_usage if again else {}
+    inc.requests += not again  # a message id seen before is the same response, read on
     fresh: dict[str, int] = {}
     bucket = inc.usage.setdefault(model, {f: 0 for f in USAGE_FIELDS})
     for f in USAGE_FIELDS:
@@ -272,6 +274,7 @@ def merge(first: Increment, more: Increment) -> Increment:
         bad_lines=first.bad_lines + more.bad_lines,
         notes=first.notes + more.notes,
         opened=first.opened or more.opened,
+        requests=first.requests + more.requests,
     )
     out.final_message_id, out.final_blocks = first.final_message_id, list(first.final_blocks)
     if more.final_message_id is not None:
