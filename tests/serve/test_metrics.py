@@ -178,6 +178,36 @@ def test_totals_survive_a_restart_and_the_timeline_is_read_once(monitor, registr
     assert value(restarted, "loopwright_iteration_seconds_sum", where="fleet") == 500
 
 
+def test_a_young_event_is_read_once_and_one_committed_late_is_not_missed(monitor):
+    """Young events' lines are parsed once and kept; an iteration event that appears below the
+    newest one read (its transaction committed after a later one's) is read when it appears."""
+    reg = monitor.registry
+    reg.submit(kind="prompt", spec={"goal": "g"}, repo=REPO_URL, name="one")
+    row = reg.claim("w-alpha", "alpha", lease=600)
+    for n, seconds in ((1, 10), (2, 20), (3, 30)):
+        reg.add_event(row["id"], row["generation"], "iteration", iteration(n, seconds))
+    events = reg.events(row["id"])
+    late = events[1]
+    sql(reg, "DELETE FROM fleet_events WHERE id = %s", (late["id"],))  # not committed yet
+    found = numbers(monitor)
+    assert value(found, "loopwright_iteration_seconds_sum", where="fleet") == 40
+    sql(
+        reg,
+        "UPDATE fleet_events SET data = %s WHERE id = %s",
+        (json.dumps(iteration(1, 50)), events[0]["id"]),
+    )
+    sql(
+        reg,
+        "INSERT INTO fleet_events (id, loop_id, at, generation, kind, data) "
+        "VALUES (%s, %s, %s, 1, 'iteration', %s)",
+        (late["id"], row["id"], late["at"], json.dumps(late["data"])),
+    )  # now it commits
+    for _ in range(2):
+        found = numbers(monitor)
+        assert value(found, "loopwright_iteration_seconds_count", where="fleet") == 3
+        assert value(found, "loopwright_iteration_seconds_sum", where="fleet") == 60  # the first read kept
+
+
 def test_a_rows_writer_cannot_blow_up_the_labels(monitor):
     reg = monitor.registry
     for n in range(metrics.MAX_SERIES + 30):

@@ -33,6 +33,15 @@ def seconds_of(line) -> float | None:
     return took if 0.0 <= took <= MAX_SECONDS else None
 
 
+NO_ITERATION = False  # iteration_of a line that is none
+
+
+def iteration_of(line):
+    """What a line adds to a histogram: NO_ITERATION, or an iteration with its duration in
+    seconds (None when it has none): small enough to keep for many lines."""
+    return seconds_of(line) if counted(line) else NO_ITERATION
+
+
 class Histogram:
     """Counts of durations per bucket (not cumulative), their sum, and ``iterations``: every
     counted line, with a duration or not."""
@@ -44,12 +53,15 @@ class Histogram:
         self.iterations = 0
 
     def add_line(self, line) -> None:
-        if not counted(line):
+        self.add_iteration(iteration_of(line))
+
+    def add_iteration(self, seen) -> None:
+        """One line as :func:`iteration_of` read it."""
+        if seen is NO_ITERATION:
             return
         self.iterations += 1
-        took = seconds_of(line)
-        if took is not None:
-            self.add(took)
+        if seen is not None:
+            self.add(seen)
 
     def add(self, seconds: float) -> None:
         at = next((i for i, bound in enumerate(self.buckets) if seconds <= bound), len(self.buckets))

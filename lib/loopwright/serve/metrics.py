@@ -118,7 +118,7 @@ def families(fleet: dict, durations: dict[str, Histogram], took: float) -> list:
     return [
         _loops(fleet),
         _by("loopwright_loops_ended_total", "Fleet loops ended, by outcome.", "outcome",
-            dict(fleet["ended"]), counter=True),
+            fleet["ended"], counter=True),
         _by("loopwright_workers", "Fleet workers by state (alive, stale, stopped).", "state",
             fleet["workers"]),
         slots,
