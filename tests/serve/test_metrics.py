@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from conftest import REPO, lw_env
+from conftest import REPO, cli, lw_env, one_line_error
 from loopwright.registry import open_registry
 from loopwright.registry.fleetnumbers import SETTLE_SECONDS
 from loopwright.registry.workers import STALE_AFTER, STOPPED_AFTER, worker_state
@@ -298,3 +298,18 @@ def test_the_grafana_dashboard_charts_only_what_is_exported(project, tmp_path):
     assert any("histogram_quantile" in e and "loopwright_iteration_seconds_bucket" in e for e in exprs)
     doc = (REPO / "docs" / "monitor.md").read_text()
     assert "grafana-dashboard.json" in doc and "metrics_path: /metrics" in doc
+
+
+def test_the_public_ports_options_are_checked(project, tmp_path):
+    import pgcluster
+
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    alone = one_line_error(cli(project, "serve", "--metrics-port", "9000", env=env))
+    assert "--metrics-port and --metrics-host are where --metrics-public listens" in alone
+    port = str(pgcluster.free_port())
+    same = one_line_error(
+        cli(project, "serve", "--port", port, "--metrics-public", "--metrics-port", port, env=env)
+    )
+    assert f"--metrics-port {port} is the API's port: choose another" in same
+    away = cli(project, "serve", "--port", "0", "--metrics-public", "--metrics-host", "192.0.2.1", env=env)
+    assert "cannot listen on 192.0.2.1:8766" in one_line_error(away) and "--metrics-host" in away.stderr

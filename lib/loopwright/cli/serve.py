@@ -113,7 +113,7 @@ def _listen(host: str, port: int, option: str) -> socket.socket:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         sock = socket.socket(family, socket.SOCK_STREAM)
     except OSError as exc:
-        fail(f"cannot listen on {host}:{port} ({exc.strerror or exc}); check the address")
+        fail(f"cannot listen on {host}:{port} ({exc.strerror or exc}); check {option}")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -133,7 +133,7 @@ def _public_metrics(served_app, monitor, host: str | None, port: int | None, api
     port = 8766 if port is None else port
     if port == api_port:
         fail(f"--metrics-port {port} is the API's port: choose another")
-    sock = _listen(host, port, "--metrics-port")
+    sock = _listen(host, port, "--metrics-host or --metrics-port")
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     echo(f"loopwright serve: metrics on http://{shown}:{bound}/metrics (no token: --metrics-public)")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from loopwright.core import jsoncodec
 from loopwright.core.durations import Histogram
-from loopwright.core.errors import UnsafePath
+from loopwright.core.errors import UserError
 from loopwright.serve.files import _open_own
-from loopwright.state import loops, store
+from loopwright.state import loops
 
 CHUNK = 1024 * 1024  # a history line is a few KiB; one longer than this is skipped, not parsed
 
@@ -52,12 +52,16 @@ class LocalHistory:
     def _histories(self):
         for project in self.projects:
             state = project / ".loopwright"
-            for name in loops.loop_names(state):
+            try:
+                names = loops.loop_names(state)
+            except OSError:
+                continue  # not a directory this user can read: no loop of its is shown either
+            for name in names:
                 paths = loops.LoopPaths(state, name)
                 try:
                     if loops.load_config(paths, move_corrupt=False) is None:
                         continue
-                except (loops.LoopError, store.CorruptFile, UnsafePath, OSError):
+                except (UserError, OSError):
                     continue  # not this user's loop, or damaged: the page says which
                 yield paths.history
 
