@@ -215,10 +215,14 @@ def test_a_rows_writer_cannot_blow_up_the_labels(monitor):
     hostile = 'x"} 1\nloopwright_claims_total 99\n' + "y" * 500
     sql(reg, "UPDATE fleet_loops SET account = %s WHERE name = 'l0'", (hostile,))
     sql(reg, "UPDATE fleet_loops SET status = 'ended', outcome = %s WHERE name = 'l1'", (hostile,))
+    for n in range(2, 62):  # statuses no loopwright writes, and a generation below zero
+        sql(reg, "UPDATE fleet_loops SET status = %s WHERE name = %s", (f"odd-{n}", f"l{n}"))
+    sql(reg, "UPDATE fleet_loops SET generation = -1000 WHERE name = 'l62'")
     reg.set_limits(f"tag:{'t' * 300}", max_dollars_per_day=5)
     found = numbers(monitor)  # it parses: a value cannot end a line or a label
     series = [k for k in found if k[0] == "loopwright_loops"]
-    assert len(series) <= metrics.MAX_SERIES // 4 + 1
+    assert len(series) <= metrics.MAX_SERIES
+    assert {dict(k[1])["status"] for k in series} == {"queued", "ended", metrics.OTHER}
     assert sum(found[k] for k in series) == metrics.MAX_SERIES + 30
     assert value(found, "loopwright_claims_total") == 0
     labels = [v for k in found for _, v in k[1]]

@@ -44,11 +44,13 @@ LATE = (
 
 
 def _num(value) -> float:
-    """A number the database summed (a Decimal from PostgreSQL's bigint sums, None for none)."""
+    """A number the database summed (a Decimal from PostgreSQL's bigint sums, None for none);
+    0 for one below 0 or none at all (whoever writes a row can write any value)."""
     try:
-        return float(value or 0)
+        number = float(value or 0)
     except (TypeError, ValueError):
         return 0.0
+    return number if number >= 0 else 0.0
 
 
 def fleet_numbers(registry) -> dict:

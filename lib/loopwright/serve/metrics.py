@@ -29,6 +29,7 @@ from starlette.routing import Route
 from loopwright.core.durations import Histogram
 from loopwright.registry import RegistryError
 from loopwright.registry.fleetnumbers import IterationTail, fleet_numbers
+from loopwright.registry.fleetview import STATUSES
 from loopwright.serve.localhistory import LocalHistory
 from loopwright.serve.requests import error
 
@@ -56,19 +57,20 @@ def bounded(values: dict, limit: int = MAX_SERIES, keep=()) -> dict:
 
 
 def _loops(fleet: dict) -> GaugeMetricFamily:
+    """By status (a status no loopwright writes counts under OTHER) and account (the accounts
+    with the most loops; the rest under OTHER): at most MAX_SERIES series."""
     family = GaugeMetricFamily(
         "loopwright_loops", "Fleet loops by status and account.", labels=["status", "account"]
     )
+    per_account: dict = {}
+    for _, account, n in fleet["loops"]:
+        per_account[label(account)] = per_account.get(label(account), 0) + n
+    shown = bounded(per_account, MAX_SERIES // (len(STATUSES) + 1))
     counts: dict = {}
     for status, account, n in fleet["loops"]:
-        key = (label(status), label(account))
+        key = (status if status in STATUSES else OTHER, label(account) if label(account) in shown else OTHER)
         counts[key] = counts.get(key, 0) + n
-    accounts = bounded({a: n for (_, a), n in counts.items()}, MAX_SERIES // 4)
-    lumped: dict = {}
-    for (status, account), n in counts.items():
-        key = (status, account if account in accounts else OTHER)
-        lumped[key] = lumped.get(key, 0) + n
-    for key, n in sorted(lumped.items()):
+    for key, n in sorted(counts.items()):
         family.add_metric(list(key), n)
     return family
 
