@@ -51,9 +51,11 @@ bench: setup
 	$(PY) bench/bench_tasks.py --check
 
 # Claims per second on a throwaway PostgreSQL (1, 8, 64 workers) beside a bare SKIP LOCKED loop,
-# and the server's load under 1,000 running loops. Needs PostgreSQL's server programs.
+# and the server's load under 1,000 running loops; a /metrics scrape with 10,000 loops. Needs
+# PostgreSQL's server programs.
 bench-fleet: setup
 	$(PY) bench/bench_fleet.py --check
+	$(PY) bench/bench_metrics.py --check
 
 validate: setup
 	$(PY) tests/claude_cli.py validate .

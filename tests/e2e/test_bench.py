@@ -63,3 +63,12 @@ def test_the_fleet_benchmark_runs_and_reports_every_series():
     assert set(res["ratios"]) == {"registry", "worker"} and all(positive(r) for r in res["ratios"].values())
     beats = res["heartbeats"]
     assert beats["loops"] == 20 and beats["writes"] > 0 and beats["server_share_of_one_core"] > 0, beats
+
+
+def test_the_metrics_benchmark_runs_and_reports_each_registry():
+    import pgcluster
+
+    res = bench("bench_metrics.py", "--loops", "200", "--events", "3", "--scrapes", "6", "--new", "10")
+    assert set(res) == ({"sqlite"} if pgcluster.unavailable() else {"sqlite", "postgres"}), res
+    for figures in res.values():
+        assert positive({k: float(figures[k]) for k in ("first_ms", "median_ms", "p95_ms", "bytes")}), res

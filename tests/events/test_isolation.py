@@ -31,7 +31,7 @@ from conftest import KEY_HOME, REPO
 
 # Named by the finding, whatever the interpreter below happens to import.
 EXTRA = ("click", "portalocker", "psutil", "starlette", "uvicorn", "encodings", "venv", "ensurepip", "pip")
-EXTRA += ("sitecustomize", "usercustomize", "json", "_json")
+EXTRA += ("sitecustomize", "usercustomize", "json", "_json", "prometheus_client")
 
 # Imports every module of loopwright (each entry point and all it loads lazily) and its
 # packages, then prints every top-level name in sys.modules, and every one importable.
@@ -42,7 +42,7 @@ import loopwright
 for info in pkgutil.walk_packages(loopwright.__path__, "loopwright."):
     if not info.name.endswith(".__main__"):
         __import__(info.name)
-import click, portalocker, psutil, starlette, uvicorn
+import click, portalocker, psutil, starlette, uvicorn, prometheus_client
 names = {name.split(".")[0] for name in sys.modules}
 names |= {info.name for info in pkgutil.iter_modules()} | set(sys.builtin_module_names)
 print("\n".join(sorted(names)))

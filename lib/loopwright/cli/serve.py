@@ -43,12 +43,31 @@ from loopwright.cli.base import Ctx, echo, fail
     help="The run registry: postgresql://… for a fleet's shared database (default: a SQLite file "
     "in the monitor's data directory).",
 )
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    help="Also serve /metrics without the token, on a port of its own (--metrics-port, --metrics-host).",
+)
+@click.option(
+    "--metrics-port", type=int, help="The port of --metrics-public (default 8766; 0: any free one)."
+)
+@click.option(
+    "--metrics-host",
+    help="The address --metrics-public listens on (default 127.0.0.1; 0.0.0.0 for a Prometheus "
+    "on another machine).",
+)
 @click.pass_obj
-def serve(obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify, db) -> None:
+def serve(
+    obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify, db, metrics_public, metrics_port,
+    metrics_host,
+) -> None:  # fmt: skip
     """Serve the REST API of this machine's runs on 127.0.0.1 (token in the monitor's data
-    directory). Runs left behind by an earlier monitor are picked up again."""
+    directory), with its metrics at /metrics. Runs left behind by an earlier monitor are picked
+    up again."""
     if new_login:
         return _print_login()
+    if not metrics_public and (metrics_port is not None or metrics_host is not None):
+        fail("--metrics-port and --metrics-host are where --metrics-public listens: add --metrics-public")
     try:
         import uvicorn
 
@@ -68,25 +87,57 @@ def serve(obj: Ctx, port, projects, claude_bin, claude_args, new_login, notify, 
     if notify:
         _watch(served, reg, list(notify))
     monitor = app.Monitor(served, reg, jobs, secret, home=home)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(("127.0.0.1", port))  # loopback only, whatever the environment says
-    except OSError as exc:
-        fail(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); choose another --port")
-    sock.listen(128)  # connections wait in the backlog until the server takes them
+    sock = _listen("127.0.0.1", port, "--port")  # loopback only, whatever the environment says
     bound = sock.getsockname()[1]
+    served_app, sockets = app.make_app(monitor), [sock]
+    if metrics_public:
+        served_app, public = _public_metrics(served_app, monitor, metrics_host, metrics_port, bound)
+        sockets.append(public)
     # An open page's event stream never ends by itself: at exit it is cut after a few seconds.
-    config = uvicorn.Config(app.make_app(monitor), log_level="warning", timeout_graceful_shutdown=3)
+    config = uvicorn.Config(served_app, log_level="warning", timeout_graceful_shutdown=3)
     echo(f"loopwright serve: projects {', '.join(map(str, served))}")
     echo(f"loopwright serve: API on http://127.0.0.1:{bound}/api/ (token: {home / 'token'})")
+    echo(f"loopwright serve: metrics on http://127.0.0.1:{bound}/metrics (the same token)")
     echo(f"loopwright serve: open http://127.0.0.1:{bound}/login?code={monitor.login_code()} (one use)")
     echo("loopwright serve: a new link any time: loopwright serve --login")
     logins.record(home, bound)  # where `serve --login` finds this monitor
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(config).run(sockets=sockets)
     finally:
         logins.forget(home)
+
+
+def _listen(host: str, port: int, option: str) -> socket.socket:
+    """A listening socket on ``host``:``port``; one line naming ``option`` when it cannot be had."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port} ({exc.strerror or exc}); check {option}")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port} ({exc.strerror}); choose another {option}")
+    sock.listen(128)  # connections wait in the backlog until the server takes them
+    return sock
+
+
+def _public_metrics(served_app, monitor, host: str | None, port: int | None, api_port: int):
+    """``--metrics-public``: /metrics without the token on a port of its own (and nothing else
+    there); the app that answers both ports, and the new port's socket. Connections are told
+    apart by the port they came to, so the two ports differ whatever the addresses."""
+    from loopwright.serve import metrics
+
+    host = host or "127.0.0.1"
+    port = 8766 if port is None else port
+    if port == api_port:
+        fail(f"--metrics-port {port} is the API's port: choose another")
+    sock = _listen(host, port, "--metrics-host or --metrics-port")
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    echo(f"loopwright serve: metrics on http://{shown}:{bound}/metrics (no token: --metrics-public)")
+    return metrics.with_public_port(served_app, monitor, bound), sock
 
 
 def _registry(db: str | None, home: Path):

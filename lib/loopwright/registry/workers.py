@@ -123,3 +123,27 @@ class Workers:
         """Removes a worker from the list (one that stopped for good); whether it was there."""
         with self.backend.tx() as tx:
             return tx.run("DELETE FROM fleet_workers WHERE worker = %s", (worker,)) == 1
+
+
+# A worker's state, as the monitor's metrics and page show it. A worker beats every 10 s by
+# default (its --heartbeat): six missed beats make it stale, ten minutes of silence stopped.
+STALE_AFTER = 60.0
+STOPPED_AFTER = 600.0
+WORKER_STATES = ("alive", "stale", "stopped")
+
+
+def worker_state(row: dict) -> str:
+    """alive, stale or stopped, from ``age`` (seconds since its last beat, by the database's
+    clock, as :meth:`Workers.workers` reads it). A row that says the worker stopped (``state``
+    or ``stopped_at``, where the schema has them) is stopped whatever its age."""
+    if row.get("state") == "stopped" or _number(row.get("stopped_at")) is not None:
+        return "stopped"
+    age = _number(row.get("age"))
+    if age is None or age >= STOPPED_AFTER:
+        return "stopped"
+    return "stale" if age >= STALE_AFTER else "alive"
+
+
+def _number(value) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else None

@@ -28,7 +28,7 @@ from loopwright.actions.overview import spend_by_iteration, summaries
 from loopwright.core import jsoncodec
 from loopwright.core.errors import UserError
 from loopwright.registry import Busy, RegistryError
-from loopwright.serve import files, fleetapi, logins, page
+from loopwright.serve import files, fleetapi, logins, metrics, page
 from loopwright.serve.fleetwatch import FleetWatch
 from loopwright.serve.requests import MAX_BODY, ApiError, body, body_bytes, count, error
 from loopwright.state import loops
@@ -287,6 +287,7 @@ def make_app(monitor: Monitor) -> Starlette:
         Route("/api/task-auto/lookup", lookup, methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
         *fleetapi.ROUTES,
+        *metrics.ROUTES,
         Route("/", index, methods=["GET"]),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/login/proof", login_proof, methods=["GET"]),
