@@ -10,8 +10,13 @@ died holds it until its beats are that old.
 
 from __future__ import annotations
 
+from loopwright.core.attention import STALE_AFTER, STOPPED_AFTER, WORKER_STATES, worker_state
 from loopwright.registry.api import RegistryError
 from loopwright.registry.queue import json_text, json_value
+
+# A worker's state (alive, stale, stopped) is core/attention.py's rule, the page's and the
+# metrics' alike; re-exported here for the registry's callers.
+__all__ = ["STALE_AFTER", "STOPPED_AFTER", "WORKER_STATES", "Workers", "live_for", "worker_state"]
 
 LIVE_BEATS = 3  # beats a worker may miss and still hold its name
 MIN_LIVE_FOR = 5.0  # seconds, however often it beats
@@ -123,27 +128,3 @@ class Workers:
         """Removes a worker from the list (one that stopped for good); whether it was there."""
         with self.backend.tx() as tx:
             return tx.run("DELETE FROM fleet_workers WHERE worker = %s", (worker,)) == 1
-
-
-# A worker's state, as the monitor's metrics and page show it. A worker beats every 10 s by
-# default (its --heartbeat): six missed beats make it stale, ten minutes of silence stopped.
-STALE_AFTER = 60.0
-STOPPED_AFTER = 600.0
-WORKER_STATES = ("alive", "stale", "stopped")
-
-
-def worker_state(row: dict) -> str:
-    """alive, stale or stopped, from ``age`` (seconds since its last beat, by the database's
-    clock, as :meth:`Workers.workers` reads it). A row that says the worker stopped (``state``
-    or ``stopped_at``, where the schema has them) is stopped whatever its age."""
-    if row.get("state") == "stopped" or _number(row.get("stopped_at")) is not None:
-        return "stopped"
-    age = _number(row.get("age"))
-    if age is None or age >= STOPPED_AFTER:
-        return "stopped"
-    return "stale" if age >= STALE_AFTER else "alive"
-
-
-def _number(value) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if ok else None
