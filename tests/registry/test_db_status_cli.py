@@ -37,15 +37,17 @@ def test_status_shows_the_database_its_version_and_each_step(registry_url, tmp_p
         ["3", "limits", "applied"],
         ["4", "items", "applied"],
         ["5", "worker_policy", "applied"],
+        ["6", "worker_stopped", "applied"],
     ]
     data = json.loads(db_status(tmp_path, "--json", LOOPWRIGHT_DATABASE_URL=registry_url).stdout)
-    assert (data["where"], data["version"], data["latest"]) == (registry_url, 5, 5)
+    assert (data["where"], data["version"], data["latest"]) == (registry_url, 6, 6)
     assert [(s["version"], s["name"]) for s in data["steps"]] == [
         (1, "runs"),
         (2, "fleet"),
         (3, "limits"),
         (4, "items"),
         (5, "worker_policy"),
+        (6, "worker_stopped"),
     ]
 
 

@@ -215,3 +215,14 @@ def test_fleet_ls_says_why_a_queued_loop_waits(registry_url, tmp_path):
     assert "waiting: no live worker accepts its verify" in lines["checked"]
     assert "waiting: no live worker runs account b" in lines["theirs"]
     assert "waiting" not in lines["plain"]
+
+
+def test_a_worker_that_said_it_stopped_is_not_asked(registry_url, tmp_path):
+    beat(registry_url, "left", allow_repo=["https://example.com/acme/*"], allow_verify=[], lease=30)
+    reg = open_registry(registry_url)
+    try:
+        reg.worker_stopped("left")  # as `loopwright worker` says at its exit
+    finally:
+        reg.close()
+    out = lw(tmp_path, "submit", "--db", registry_url, "--repo", "https://example.com/far/x.git", "goal")
+    assert out.returncode == 0 and "warning: no live worker" in out.stderr  # not refused by one gone

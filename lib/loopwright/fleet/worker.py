@@ -115,8 +115,16 @@ class Worker:
         finally:
             listener.close()
         self._beat()
+        self._said_stopped()
         self.log("stopped")
         return 0
+
+    def _said_stopped(self) -> None:
+        """The worker's row says it left (`fleet workers`: stopped, not stale)."""
+        try:
+            self.registry.worker_stopped(self.opts.name)
+        except RegistryError as exc:
+            self.log("database", error=str(exc))
 
     def _fill(self) -> None:
         while len(self.slots) < self.opts.slots:

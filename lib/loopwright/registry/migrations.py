@@ -149,6 +149,10 @@ ALTER TABLE fleet_workers ADD COLUMN allow_verify TEXT;
 ALTER TABLE fleet_workers ADD COLUMN lease {real}
 """
 
+# When a worker said it stopped (issue 27 part 4): `fleet workers`, the page and the metrics tell
+# a worker that left (stopped_at at or after its last beat) from one that went silent.
+WORKER_STOPPED = "ALTER TABLE fleet_workers ADD COLUMN stopped_at {real}"
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
@@ -157,6 +161,7 @@ STEPS = [
     (3, "limits", LIMITS, None),
     (4, "items", ITEMS, None),
     (5, "worker_policy", WORKER_POLICY, None),
+    (6, "worker_stopped", WORKER_STOPPED, None),
 ]
 
 

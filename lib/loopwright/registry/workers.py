@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from loopwright.registry.queue import json_text, json_value
 
+ALIVE, STALE, STOPPED = "alive", "stale", "stopped"
+DEFAULT_LEASE = 30.0  # a worker that does not publish its lease: `loopwright worker`'s default
+
 BEAT = (
     "INSERT INTO fleet_workers (worker, host, slots, used, account, loops, allow_repo, allow_verify, lease, "
     "beat_at, started_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {now}, {now}) "
@@ -21,6 +24,25 @@ def _patterns(text) -> list[str] | None:
     if text is None or value is None:
         return None
     return [p for p in value if isinstance(p, str)] if isinstance(value, list) else []
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def worker_state(row: dict, now: float | None = None) -> str:
+    """``alive``, ``stale`` or ``stopped``: the one rule `fleet workers`, the page and the metrics
+    use. Stopped: the worker said so as it exited (``stopped_at`` at or after its last beat; a
+    worker started again under the same name beats after it). Alive: its last beat is within its
+    lease (three of its heartbeats by default), so the claims it holds still stand. Stale: older;
+    its loops are failing over to other workers. ``now`` is the database's clock (the time the
+    row was read); without it, the row's ``age`` (seconds since its beat, by that same clock)."""
+    beat, stopped = _number(row.get("beat_at")), _number(row.get("stopped_at"))
+    if stopped is not None and (beat is None or stopped >= beat):
+        return STOPPED
+    age = _number(row.get("age")) if now is None or beat is None else float(now) - beat
+    lease = _number(row.get("lease")) or DEFAULT_LEASE
+    return ALIVE if age is not None and age <= max(lease, 1.0) else STALE
 
 
 class Workers:
@@ -41,8 +63,8 @@ class Workers:
         """Every worker that beat and was not forgotten, by host."""
         with self.backend.tx() as tx:
             rows = tx.rows(
-                "SELECT worker, host, slots, used, account, loops, allow_repo, allow_verify, lease, "
-                "beat_at, started_at, {now} - beat_at AS age FROM fleet_workers ORDER BY host, worker"
+                "SELECT worker, host, slots, used, account, loops, allow_repo, allow_verify, lease, beat_at, "
+                "started_at, stopped_at, {now} - beat_at AS age FROM fleet_workers ORDER BY host, worker"
             )
         return [
             dict(
@@ -53,6 +75,15 @@ class Workers:
             )
             for r in rows
         ]
+
+    def worker_stopped(self, worker: str) -> None:
+        """This worker is leaving (its loops were handed back): it holds nothing, and `fleet
+        workers` shows it stopped rather than stale."""
+        with self.backend.tx() as tx:
+            tx.run(
+                "UPDATE fleet_workers SET used = 0, loops = '[]', stopped_at = {now} WHERE worker = %s",
+                (worker,),
+            )
 
     def forget_worker(self, worker: str) -> bool:
         """Removes a worker from the list (one that stopped for good); whether it was there."""
