@@ -333,15 +333,12 @@ def cancel(loop, url) -> None:
 @click.argument("answer")
 @db_option
 def answer(loop, answer, url) -> None:
-    """Answer the gate a fleet loop waits at; it goes on with the next worker that claims it."""
-    reg = registry(url)
-    try:
-        row = reg.answer_gate(loop, answer, "cli")
-    finally:
-        reg.close()
-    if row is None:
-        fail(f"no gate waits in fleet loop {loop!r}")
-    echo(f"{row['name']}: answered {answer!r}; queued again")
+    """Answer the gate fleet loop LOOP waits at with ANSWER, one of the gate's options (`fleet ls`
+    and `fleet events` show them). The answer goes into the loop's timeline with who gave it
+    (user@host), and the loop goes on with the next worker that claims it."""
+    from loopwright.cli.fleet_steer import answer_gate
+
+    answer_gate(url, loop, answer)
 
 
 @fleet.command("events")

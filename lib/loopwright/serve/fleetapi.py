@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from loopwright.core import gates
 from loopwright.fleet import allow
 from loopwright.fleet import spec as specs
 from loopwright.fleet.consent import Takers
@@ -23,7 +24,7 @@ from loopwright.serve.requests import ApiError, body, count
 EVENTS_LIMIT = 100  # a timeline slice when none is asked for
 MAX_EVENTS = 500  # the most one slice holds
 MAX_TAGS = 32
-MAX_ANSWER = 200
+MAX_ANSWER = gates.MAX_ANSWER
 # camelCase names the local API already takes for the same limits (app.limits_of)
 ALIASES = {"maxIterations": "max_iterations", "timeout": "max_minutes", "maxDollars": "max_dollars"}
 FIELDS = {"repo", "goal", "mode", "args", "branch", "name", "account", "tags", "limits"}
@@ -92,7 +93,7 @@ async def fleet_gate(request: Request):
     data = await body(request)
     answer = data.get("answer")
     if not isinstance(answer, str) or not answer.strip() or len(answer) > MAX_ANSWER:
-        raise ApiError(400, f"give the answer (up to {MAX_ANSWER} characters): one of the gate's options")
+        raise ApiError(400, gates.fleet_answer_problem(None, answer))
     by = "api" if request.headers.get("authorization") else "page"
 
     def reply():
@@ -100,10 +101,9 @@ async def fleet_gate(request: Request):
         gate = row.get("gate") if isinstance(row.get("gate"), dict) else {}
         if row["status"] != "waiting_gate" or gate.get("answer"):
             raise ApiError(409, f"no gate waits in fleet loop {row['name']} (it is {row['status']})")
-        options = gate.get("options")
-        if isinstance(options, list) and options and answer not in options:
-            shown = ", ".join(str(o) for o in options)[:300]
-            raise ApiError(400, f"{answer!r} is not an option of gate {gate.get('name')}: {shown}")
+        problem = gates.fleet_answer_problem(gate, answer)
+        if problem:
+            raise ApiError(400, problem)
         done = m.registry.answer_gate(row["id"], answer, by)
         if done is None:  # answered or stopped meanwhile
             raise ApiError(409, f"the gate of fleet loop {row['name']} no longer waits")
