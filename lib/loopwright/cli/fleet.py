@@ -298,34 +298,63 @@ def workers(url, as_json) -> None:
         )
 
 
-def _steer(url: str | None, loop: str, what: str) -> None:
-    reg = registry(url)
-    try:
-        row = reg.request(loop, what)
-    finally:
-        reg.close()
-    if row is None:
-        fail(f"no fleet loop {loop!r}: `loopwright fleet ls` lists them")
-    if row["status"] == "ended":
-        echo(f"{row['name']}: {row['outcome']}")
-    else:
-        echo(f"{row['name']}: its worker was asked to {what} it (within about a second)")
+def steer(url: str | None, loop: str, what: str) -> None:
+    """Stop or cancel one fleet loop; one line saying what happens next."""
+    from loopwright.cli.fleet_steer import steer_one
+
+    steer_one(url, loop, what)
+
+
+def steer_options(what: str):
+    """LOOP, or a filter for every loop it picks, with the confirmation's --yes."""
+
+    def wrap(fn):
+        for option in reversed(
+            [
+                click.argument("loop", required=False),
+                click.option(
+                    "--status",
+                    type=click.Choice(["queued", "running", "waiting_gate"]),
+                    help=f"Every loop with this status ({what} many at once).",
+                ),
+                click.option(
+                    "--tag", help=f"Every loop with this tag that has not ended ({what} many at once)."
+                ),
+                click.option(
+                    "--account", help=f"Every loop of this account that has not ended ({what} many at once)."
+                ),
+                click.option(
+                    "--yes", is_flag=True, help="Do not ask for confirmation (needed without a terminal)."
+                ),
+                db_option,
+            ]
+        ):
+            fn = option(fn)
+        return fn
+
+    return wrap
 
 
 @fleet.command("stop")
-@click.argument("loop")
-@db_option
-def stop(loop, url) -> None:
-    """Stop a fleet loop as `loopwright stop` would: at its next Stop, with a report."""
-    _steer(url, loop, "stop")
+@steer_options("stop")
+def stop(loop, status, tag, account, yes, url) -> None:
+    """Stop fleet loop LOOP as `loopwright stop LOOP` does: its worker ends it at its next Stop,
+    with a report; a loop no worker runs ends now. With --status, --tag or --account instead of
+    LOOP, every loop they pick, after showing how many and asking (--yes skips the question)."""
+    from loopwright.cli.fleet_steer import steer_many
+
+    steer_many(url, "stop", loop, {"status": status, "tag": tag, "account": account}, yes)
 
 
 @fleet.command("cancel")
-@click.argument("loop")
-@db_option
-def cancel(loop, url) -> None:
-    """Cancel a fleet loop for good."""
-    _steer(url, loop, "cancel")
+@steer_options("cancel")
+def cancel(loop, status, tag, account, yes, url) -> None:
+    """Cancel fleet loop LOOP for good: its worker ends it CANCELLED at once, without finishing
+    the turn under way. With --status, --tag or --account instead of LOOP, every loop they pick,
+    after showing how many and asking (--yes skips the question)."""
+    from loopwright.cli.fleet_steer import steer_many
+
+    steer_many(url, "cancel", loop, {"status": status, "tag": tag, "account": account}, yes)
 
 
 @fleet.command("answer")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from loopwright import __version__, modes
-from loopwright.cli import db, doctor, fleet, gate, iteration, loop, run, serve, status, tasks
+from loopwright.cli import db, doctor, fleet, gate, iteration, loop, run, serve, status, stop, tasks
 from loopwright.cli.base import Ctx, Group
 
 
@@ -27,7 +27,7 @@ def main(ctx: click.Context, project: str | None) -> None:
     ctx.obj = Ctx(project)
 
 
-for _noun in (loop, run, serve, status, gate, iteration, tasks, doctor, db, fleet):
+for _noun in (loop, stop, run, serve, status, gate, iteration, tasks, doctor, db, fleet):
     for _command in _noun.COMMANDS:
         main.add_command(_command)
 
