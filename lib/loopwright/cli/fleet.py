@@ -200,9 +200,16 @@ def _names(name: str | None, parallel: int | None) -> list:
     "--claude-arg", "claude_args", multiple=True, help="Passed to claude in every loop; repeatable."
 )
 @click.option("--runner-arg", "runner_args", multiple=True, hidden=True, help="Passed to `loopwright run`.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Its log on stdout: a line a person reads per event, or one JSON object per event.",
+)
 def worker(
     url, slots, allow, allow_verify, account, name, host, data, lease, heartbeat, poll, claude_bin,
-    claude_args, runner_args,
+    claude_args, runner_args, log_format,
 ):  # fmt: skip
     """Run this machine's share of the fleet: claim up to --slots loops whose repository
     --allow-repo accepts (and whose verify command, if any, --allow-verify accepts), drive each
@@ -231,7 +238,7 @@ def worker(
     where = Path(data) if data else _default_data()
     opts = Options(
         slots, list(allow), where, name=name, host=host, account=account, lease=lease, heartbeat=heartbeat,
-        poll=poll, runner_options=(*options, *runner_args), allow_verify=allow_verify,
+        poll=poll, runner_options=(*options, *runner_args), allow_verify=allow_verify, log_format=log_format,
     )  # fmt: skip
     reg = registry(url)
     try:

@@ -29,7 +29,7 @@ from loopwright.actions import carry
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.core.outcomes import gate_stop, stopped
-from loopwright.fleet import handoff, limits, spec
+from loopwright.fleet import handoff, limits, logline, spec
 from loopwright.fleet.items import Share
 from loopwright.fleet.workspace import PushRejected, Workspace
 from loopwright.registry import LeaseLost, RegistryError
@@ -108,7 +108,13 @@ class Slot:
         self.ws = Workspace(self.w.work_root, self.name, row["repo"], row["branch"], allow=self.w.allow)
         self.ws.prepare()
         shutil.rmtree(self.ws.dir / ".loopwright", ignore_errors=True)  # a new local loop each claim
-        self.w.log("claimed", loop=self.name, generation=self.gen, failovers=row["failovers"])
+        self.w.log(
+            "claimed",
+            loop=self.name,
+            generation=self.gen,
+            failovers=row["failovers"],
+            repo=logline.repo(row["repo"]),
+        )
         self.share = Share.of(self)
         if self.share is not None:
             self.share.start()

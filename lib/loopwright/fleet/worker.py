@@ -23,6 +23,7 @@ from pathlib import Path
 
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
+from loopwright.fleet import logline
 from loopwright.fleet.allow import Allow
 from loopwright.fleet.consent import Verifies
 from loopwright.fleet.slot import Slot
@@ -47,6 +48,7 @@ class Options:
         poll: float = 5.0,
         runner_options: tuple = (),
         allow_verify: tuple = (),
+        log_format: str = "text",
     ) -> None:
         self.slots, self.allow, self.data = slots, allow, Path(data)
         self.host = host or socket.gethostname()
@@ -55,6 +57,7 @@ class Options:
         self.lease, self.heartbeat, self.poll = lease, heartbeat, poll
         self.runner_options = tuple(runner_options)
         self.allow_verify = list(allow_verify)
+        self.log_format = log_format  # "text" for a person, "json" for machines
 
 
 class Worker:
@@ -76,8 +79,14 @@ class Worker:
         self._out_lock = threading.Lock()
 
     def log(self, event: str, **fields) -> None:
-        """One JSON line per event on the worker's output (its service log)."""
-        line = jsoncodec.dumps({"at": now_iso(), "event": event, "worker": self.opts.name, **fields}).decode()
+        """One line per event on the worker's output (its service log): a sentence, or with
+        --log-format json one JSON object."""
+        if self.opts.log_format == "json":
+            line = jsoncodec.dumps(
+                {"at": now_iso(), "event": event, "worker": self.opts.name, **fields}
+            ).decode()
+        else:
+            line = logline.text(event, {"worker": self.opts.name, **fields})
         with self._out_lock:
             print(line, file=self.out, flush=True)
 
