@@ -9,7 +9,6 @@ a fleet of one machine.
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -422,16 +421,10 @@ def events(loop, url, as_json, follow) -> None:
         fail(f"no fleet loop {loop!r}")
     if as_json:
         return echo_json(found)
+    from loopwright.cli.fleet_follow import event_line
+
     for e in found:
         echo(event_line(e))
-
-
-def event_line(e: dict) -> str:
-    """One timeline event as `fleet events` prints it."""
-    from loopwright.core.termsafe import one_line
-
-    when = time.strftime("%H:%M:%S", time.gmtime(e["at"]))
-    return f"{when} g{e['generation']} {e['kind']}: {one_line(e['data'])[:200]}"
 
 
 fleet.add_command(fleet_limits.limits)

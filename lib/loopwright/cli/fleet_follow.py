@@ -19,6 +19,12 @@ POLL = 1.0  # the longest a change waits to be seen without a notification
 CHANNELS = (PROGRESS_CHANNEL, QUEUE_CHANNEL, CONTROL_CHANNEL)
 
 
+def event_line(e: dict) -> str:
+    """One timeline event as `fleet events` prints it."""
+    when = time.strftime("%H:%M:%S", time.gmtime(e["at"]))
+    return f"{when} g{e['generation']} {e['kind']}: {one_line(e['data'])[:200]}"
+
+
 def _waits(row: dict) -> bool:
     """At a gate nobody has answered yet."""
     gate = row.get("gate") if isinstance(row.get("gate"), dict) else {}
@@ -53,8 +59,6 @@ class _Timeline:
         self.after = dict.fromkeys(ids, 0)
 
     def show(self, row: dict, several: bool) -> None:
-        from loopwright.cli.fleet import event_line
-
         while True:
             found = self.reg.events(row["id"], self.after[row["id"]], 500)
             for e in found:

@@ -42,6 +42,16 @@ def add_mode_commands(group: click.Group) -> None:
 
 add_mode_commands(main)
 
+# `loopwright --help` lists what a person runs first, and apart the commands the agent and the
+# hooks run inside a loop (tests/cli/test_help.py keeps every command in one of them).
+main.sections = (
+    ("Commands",
+     ("run", "start", "status", "stop", "cancel", "resume", "history", "submit", "worker", "fleet", "serve")),
+    ("Setup and repair", ("doctor", "db", "adopt", "teardown", "release-lock", "discover")),
+    ("Used inside a loop by the agent and the hooks",
+     ("report", "gate", "task", "signal", "lifecycle", "review", "route", "statusline")),
+)  # fmt: skip
+
 
 def run() -> None:
     """Console entry point."""
