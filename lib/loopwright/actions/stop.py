@@ -31,8 +31,11 @@ def stop(state: Path, name: str | None, session: str | None) -> str:
             return (
                 f"loopwright: loop {paths.name} has already ended ({loop.get('outcome')}); nothing to stop."
             )
-        lock = loops.read_state(paths, "lock", move_corrupt=False)
-        held = lock is not None and not locks.is_stale(lock, now)
+        try:
+            lock = loops.read_state(paths, "lock", move_corrupt=False)
+            held = lock is not None and not locks.is_stale(lock, now)
+        except store.CorruptFile:
+            held = True  # a lock that cannot be read may be alive: ask, do not end it under a session
         if held:
             store.write_json(paths.stop, {"reason": REASON, "timestamp": now_iso()})
     if not held:
