@@ -28,7 +28,7 @@ MAX_ANSWER = gates.MAX_ANSWER
 # camelCase names the local API already takes for the same limits (app.limits_of)
 ALIASES = {"maxIterations": "max_iterations", "timeout": "max_minutes", "maxDollars": "max_dollars"}
 FIELDS = {"repo", "goal", "mode", "args", "branch", "name", "account", "tags", "limits"}
-OPTIONS = (*specs.TEXT, *specs.FLAGS)
+OPTIONS = specs.OPTIONS  # as `loopwright submit` takes them
 
 
 async def fleet_view(request: Request):
