@@ -54,13 +54,14 @@ def start_worker(
     env: dict | None = None,
     permissions: str = "--dangerously-skip-permissions",
 ) -> subprocess.Popen:
-    """A worker whose output goes to ``data``.log (read with worker_log); ``env`` adds to the
+    """A worker whose output (JSON lines) goes to ``data``.log (read with worker_log); ``env`` adds to the
     environment of the worker, its runners and their clients; ``permissions`` is the permission
     flag its Claude Code clients get."""
     home.mkdir(exist_ok=True)
     argv = [
         LW, "worker", "--db", url, "--slots", "1", "--allow-repo", f"file://{remote}",
         "--data", str(data), "--lease", "6", "--heartbeat", "1", "--poll", "0.5",
+        "--log-format", "json",  # the tests read its events (a later --log-format in extra wins)
         "--claude", claude_cli.claude_binary(), f"--claude-arg={permissions}",
         "--runner-arg=--poll-seconds", "--runner-arg=0.5", "--runner-arg=--stall-polls", "--runner-arg=1000",
         *extra,

@@ -67,3 +67,19 @@ def kill_tree(pid: int) -> None:
     """A machine that died: ``pid`` and everything under it, frozen first so that nothing of it
     gets to say goodbye, then killed with their process groups."""
     kill_all([pid, *freeze(pid)])
+
+
+def homed_under(root) -> list[int]:
+    """This user's processes whose HOME is ``root`` or below (what a demo or a test started with
+    a HOME of its own and may have left: a client in a session of its own, a resident server)."""
+    mark, found = f"HOME={root}".encode(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # another user's, or gone
+        if any(v == mark or v.startswith(mark + b"/") for v in env):
+            found.append(int(entry.name))
+    return found

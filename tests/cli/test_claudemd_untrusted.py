@@ -181,12 +181,13 @@ def test_out_of_range_rates_are_refused_and_the_stop_does_not_fail(project, tmp_
     for line in (4, 5):
         note = f"CLAUDE.md:{line}: rates must be numbers from 0 to 1000 (dollars per million tokens); skipped"
         assert f"Note: {note}" in out.stdout
-    t = usage_transcript(tmp_path / "t.jsonl", "claude-sonnet-4-5", 1_000_000, 1_000_000)
+    # An iteration well inside the $25 ceiling (a dearer one would leave no room for the next).
+    t = usage_transcript(tmp_path / "t.jsonl", "claude-sonnet-4-5", 100_000, 100_000)
     answer = hook_stop(project, transcript=t, message="hi")
     assert answer["decision"] == "block" and "internal error" not in answer["systemMessage"]
     assert "loopwright: CLAUDE.md:4: rates must be numbers from 0 to 1000" in answer["systemMessage"]
     b = read(project, "budget.json")
-    assert b["dollars_estimate"] == pytest.approx(18.0) and b["rate_table_source"] == "built-in default"
+    assert b["dollars_estimate"] == pytest.approx(1.8) and b["rate_table_source"] == "built-in default"
     assert "CLAUDE.md:5: rates must be numbers" in lw(project, "status").stdout
 
 

@@ -40,6 +40,8 @@ ALLOWED = {
     ("fleet_demo.py", "Watch.until"): "polls the fleet until a deadline",
     ("fleet_demo.py", "main"): "kills stray processes until none is left or a deadline passes",
     ("fleet_demo.py", "play"): "reports the failover time it measured (a figure, never asserted)",
+    # `make demo` (a script, not a test) kills what it started until none is left.
+    ("demo.py", "clean_up"): "kills stray processes until none is left, a bounded number of times",
     # Sleeps that are not waits.
     ("state/test_fault.py", "kill_at_a_random_instant"): "a random instant to kill at, by design",
     ("state/test_store.py", "test_file_lock_excludes_other_processes.worker"): (

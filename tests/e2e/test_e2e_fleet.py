@@ -55,6 +55,41 @@ def test_a_submitted_loop_runs_on_a_worker_and_its_work_is_pushed(registry_url, 
     assert '"event":"stopped"' in log.replace(" ", "")  # the worker drained and left cleanly
 
 
+def test_submit_wait_follows_a_real_worker_whose_log_a_person_reads(registry_url, remote, tmp_path):
+    """Issue 27 part 4 through the real worker: `submit --wait` prints the loop's timeline and
+    exits 0 for LOOP_DONE, as `run` does; the worker's log is readable lines by default; `fleet
+    workers` shows it alive, then stopped once it left."""
+    import re
+
+    url = str(registry_url)
+    replies = [fakeapi.bash("echo one > notes.txt"), fakeapi.text("Done.\n<promise>DONE</promise>")]
+    with fakeapi.ScriptedServer(replies) as server:
+        worker = start_worker(url, remote, tmp_path / "w1", server, tmp_path / "home", "--log-format", "text")
+        try:
+            wait_for(lambda: beat_of(url) > 0, "the worker's first beat", within=60, proc=worker)
+            states = lw("fleet", "workers", "--db", url).stdout.splitlines()
+            waited = lw("submit", "--db", url, "--repo", f"file://{remote}", "--name", "waited",
+                        "--completion-promise", "DONE", "--wait", "write the notes")  # fmt: skip
+        finally:
+            log = stop_worker(worker)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    out = waited.stdout.splitlines()
+    assert out[0].startswith("queued fleet loop waited (prompt) into ")
+    assert any(" iteration: " in line for line in out), out
+    assert out[-1].startswith("waited: ended LOOP_DONE after 1 iteration"), out
+    assert [line.split()[1] for line in states[1:]] == ["alive"], states
+    after = lw("fleet", "workers", "--db", url).stdout.splitlines()
+    assert [line.split()[1] for line in after[1:]] == ["stopped"], after
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
+    assert re.search(stamp + r"started worker \S+ on \S+: 1 slots, repositories file://", log), log
+    canonical = str(remote).removesuffix(".git")  # as the allow-list reads it
+    assert re.search(stamp + rf"claimed waited \(repo file://{canonical}\) gen 1\n", log), log
+    assert re.search(stamp + r"ended waited: LOOP_DONE", log) and re.search(
+        stamp + r"stopped worker ", log
+    ), log
+    assert "{" not in log, log  # no JSON line
+
+
 def test_a_worker_refuses_a_repository_outside_its_allow_list(registry_url, remote, tmp_path):
     url = str(registry_url)
     other = tmp_path / "elsewhere" / "x.git"

@@ -85,8 +85,15 @@ def test_submit_refuses_the_hostile_table_by_shape_and_queues_the_rest(tmp_path)
         (["--account", "-x"], "bad account name"),
         (["--branch", "main..x"], "bad branch name"),
         (["--name", "no spaces"], "invalid loop name"),
-        (["--max-iterations", "0"], "max_iterations must be between"),
-        (["--verify", "a\nb"], "line break"),
+        # Option names as the user typed them, not the spec's keys (issue 27 part 4).
+        (["--max-iterations", "0"], "error: --max-iterations must be between 1 and"),
+        (["--verify", "a\nb"], "error: --verify holds a NUL byte or a line break"),
+        (["--judge-model", "a/b"], "error: --judge-model 'a/b' is not a plain model name"),
+        (["--wrap-up-floor", "0.9"], "error: --wrap-up-floor must be a number between 0 and 0.5"),
+        (["--judge-timeout", "0"], "error: --judge-timeout must be a number between 1 and 600"),
+        (["--completion-promise", "a\nb"], "error: --completion-promise holds"),
+        (["--max-iterations", "3", "--judge", "--", "work"], "error: --judge does not apply to a work loop"),
+        (["--gates", "stop", "--", "task", "auto", "x"], "error: --gates does not apply to a task loop"),
         (["--", "work", "-h"], "'-h' is not an option of the work mode"),  # run would print its help
         ([w for i in range(33) for w in ("--tag", f"t{i}")], "at most 32 tags"),
         (["--tag", "t" * 65], "at most 64 characters"),
@@ -106,7 +113,7 @@ def test_a_goal_full_of_metacharacters_is_stored_and_shown_as_text(registry_url,
     assert row["spec"]["goal"] == NASTY and row["name"] == "odd"
     shown = lw(tmp_path, "fleet", "ls", "--db", registry_url)
     assert shown.returncode == 0, shown.stderr
-    assert "\\e[31mfix it'; DROP TABLE fleet_loops; -- $(touch /tmp/lw-pw" in shown.stdout  # its first 60
+    assert "\\e[31mfix it'; DROP TABLE fleet_loops; -- $(touch /tmp/lw-p…" in shown.stdout  # its first 60
     assert "\x1b" not in shown.stdout  # a terminal escape is shown escaped, never sent
     listed = json.loads(lw(tmp_path, "fleet", "ls", "--db", registry_url, "--json").stdout)
     assert listed[0]["spec"]["goal"] == NASTY
@@ -218,3 +225,14 @@ def test_fleet_ls_says_why_a_queued_loop_waits(registry_url, tmp_path):
     assert "waiting: no live worker accepts its verify" in lines["checked"]
     assert "waiting: no live worker runs account b" in lines["theirs"]
     assert "waiting" not in lines["plain"]
+
+
+def test_a_worker_that_said_it_stopped_is_not_asked(registry_url, tmp_path):
+    beat(registry_url, "left", allow_repo=["https://example.com/acme/*"], allow_verify=[], lease=30)
+    reg = open_registry(registry_url)
+    try:
+        reg.worker_stopped("left")  # as `loopwright worker` says at its exit
+    finally:
+        reg.close()
+    out = lw(tmp_path, "submit", "--db", registry_url, "--repo", "https://example.com/far/x.git", "goal")
+    assert out.returncode == 0 and "warning: no live worker" in out.stderr  # not refused by one gone

@@ -30,6 +30,7 @@ def test_a_new_registry_has_every_step_and_reopening_applies_none(reg, registry_
         (5, "worker_policy"),
         (6, "claims"),
         (7, "reservations"),
+        (8, "worker_stopped"),
     ]
     assert all(s["applied_at"] > 0 for s in status["steps"])
     assert migrate.apply(reg.backend) == []

@@ -112,6 +112,8 @@ def test_a_submit_is_refused_as_a_worker_would_refuse_it(monitor):
         ({"goal": "g", "name": "../x"}, "name"),
         ({"goal": "g", "branch": "--upload-pack=x"}, "branch"),
         ({"goal": "g", "judge": "yes"}, "judge"),
+        ({"goal": "g", "gates": "maybe"}, "gates must be one of ask, continue, stop"),
+        ({"goal": "g", "wrap_up_floor": 2}, "wrap_up_floor must be a number between 0 and 0.5"),
     ]
     for fields, word in bad:
         res = submit(c, **fields)
@@ -121,6 +123,13 @@ def test_a_submit_is_refused_as_a_worker_would_refuse_it(monitor):
     assert submit(c, name="once").status_code == 409
     assert c.post("/api/loops", json={"repo": REPO_URL, "goal": "x" * (api.MAX_BODY + 1)}).status_code == 413
     assert [r["name"] for r in monitor.registry.fleet_loops()] == ["once"]
+
+
+def test_the_api_takes_the_loop_options_submit_takes(monitor):
+    c = client(monitor)
+    assert submit(c, name="opts", gates="stop", wrap_up_floor=0.2, judge_timeout=30).status_code == 201
+    spec = monitor.registry.fleet_loop("opts")["spec"]
+    assert (spec["gates"], spec["wrap_up_floor"], spec["judge_timeout"]) == ("stop", 0.2, 30)
 
 
 def test_the_api_refuses_the_hostile_table_by_shape_and_queues_the_rest(monitor):

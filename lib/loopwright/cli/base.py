@@ -89,7 +89,25 @@ def env_session() -> str | None:
 
 
 class Group(click.Group):
-    """Turns known failures into one-line errors instead of tracebacks."""
+    """Turns known failures into one-line errors instead of tracebacks; lists its commands in
+    ``sections`` ((title, names) in the order a person needs them), the rest after them."""
+
+    sections: tuple = ()
+
+    def format_commands(self, ctx: click.Context, formatter) -> None:
+        names = self.list_commands(ctx)
+        listed = {n for _, group in self.sections for n in group}
+        groups = [*self.sections, ("Other commands", [n for n in names if n not in listed])]
+        limit = formatter.width - 6 - max((len(n) for n in names), default=0)
+        for title, group in groups:
+            rows = []
+            for name in group:
+                command = self.get_command(ctx, name)
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(limit)))
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
         try:

@@ -9,7 +9,6 @@ a fleet of one machine.
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -70,8 +69,16 @@ def _spec(kind: str, words: tuple, limits: dict, options: dict) -> dict:
 @click.option("--completion-promise", help='Sentinel text (default "LOOP COMPLETE").')
 @click.option("--verify", help="A command that must pass before a completion claim is accepted.")
 @click.option("--judge/--no-judge", default=None, help="A small model judges completion claims.")
+@click.option("--judge-model", help="The judge's model (default claude-haiku-4-5).")
+@click.option("--judge-timeout", type=float, help="Seconds the judge may take (default 120, at most 600).")
 @click.option(
     "--wrap-up/--no-wrap-up", default=None, help="A last turn for a handoff when a budget runs out."
+)
+@click.option("--wrap-up-floor", type=float, help="Share of the dollar/token ceilings kept for the wrap-up.")
+@click.option(
+    "--gates",
+    type=click.Choice(["ask", "continue", "stop"]),
+    help="Gate policy: ask (the loop waits for `fleet answer`, the default), or decide unattended.",
 )
 @click.option(
     "--parallel",
@@ -82,12 +89,18 @@ def _spec(kind: str, words: tuple, limits: dict, options: dict) -> dict:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the queued row as JSON (a list with --parallel)."
 )
-def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **rest) -> None:
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the loop to its end, printing its timeline; the exit code is `loopwright run`'s.",
+)
+def submit(words, repo, branch, name, account, tags, parallel, url, as_json, wait, **rest) -> None:
     """Queue a loop for the fleet. WORDS is a goal, or a mode and its options (`submit work
     --source github …`, as `loopwright run` takes them). A worker whose --allow-repo accepts
     the repository claims it, works on the branch loopwright/<name> and pushes it after every
     iteration. With --parallel N, N work loops share the backlog: the fleet's database gives each
-    item to one of them."""
+    item to one of them. With --wait, follows the loop (every one with --parallel) until it ends
+    and exits as `run` does: 0 done, 2 budget, 3 stalled, 4 stopped, 5 waiting at a gate."""
     from loopwright.core.termsafe import one_line
     from loopwright.fleet import allow
     from loopwright.fleet import spec as specs
@@ -103,7 +116,7 @@ def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **r
     try:
         specs.runner_args(kind, spec)  # what a worker would refuse is refused now
     except specs.SpecError as exc:
-        fail(str(exc))
+        fail(exc.as_option())
     refused = allow.refused(repo)  # a URL no worker ever clones, whatever its allow-list
     if refused:
         fail(
@@ -128,10 +141,15 @@ def submit(words, repo, branch, name, account, tags, parallel, url, as_json, **r
     if unserved:
         click.echo(f"loopwright: warning: {unserved.line}", err=True)
     if as_json:
-        return echo_json(rows if parallel is not None else rows[0])
-    for row in rows:
-        where = f"on {repo} → branch {row['work_branch']}"
-        echo(f"queued fleet loop {row['name']} ({kind}) {where} (id {row['id']})")
+        echo_json(rows if parallel is not None else rows[0])
+    else:
+        for row in rows:
+            where = f"into {reg.shown}: {repo} → branch {row['work_branch']}"
+            echo(f"queued fleet loop {row['name']} ({kind}) {where} (id {row['id']})")
+    if wait:
+        from loopwright.cli.fleet_follow import wait_for_end
+
+        sys.exit(wait_for_end(url, [r["id"] for r in rows], as_json))
 
 
 def _names(name: str | None, parallel: int | None) -> list:
@@ -185,9 +203,16 @@ def _names(name: str | None, parallel: int | None) -> list:
     "--prepare-backoff", type=click.FloatRange(0), default=60.0, hidden=True,
     help="Seconds a loop that could not be prepared waits first (then 4 times that).",
 )  # fmt: skip
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Its log on stdout: a line a person reads per event, or one JSON object per event.",
+)
 def worker(
     url, slots, allow, allow_verify, account, name, host, data, lease, heartbeat, poll, claude_bin,
-    claude_args, runner_args, prepare_backoff,
+    claude_args, runner_args, prepare_backoff, log_format,
 ):  # fmt: skip
     """Run this machine's share of the fleet: claim up to --slots loops whose repository
     --allow-repo accepts (and whose verify command, if any, --allow-verify accepts), drive each
@@ -217,7 +242,7 @@ def worker(
     where = Path(data) if data else _default_data()
     opts = Options(
         slots, list(allow), where, name=name, host=host, account=account, lease=lease, heartbeat=heartbeat,
-        poll=poll, runner_options=(*options, *runner_args), allow_verify=allow_verify,
+        poll=poll, runner_options=(*options, *runner_args), allow_verify=allow_verify, log_format=log_format,
         prepare_backoff=prepare_backoff,
     )  # fmt: skip
     reg = registry(url)
@@ -243,105 +268,125 @@ def fleet() -> None:
 
 @fleet.command("ls")
 @db_option
-@click.option("--status", type=click.Choice(["queued", "running", "waiting_gate", "ended"]))
-@click.option("--json", "as_json", is_flag=True)
-def ls(url, status, as_json) -> None:
-    """The fleet's loops, newest first."""
-    from loopwright.core.termsafe import one_line
-
+@click.option(
+    "--status",
+    type=click.Choice(["queued", "running", "waiting_gate", "ended"]),
+    help="Only the loops with this status.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the loops as JSON (every field of each row).")
+@click.option(
+    "--watch",
+    type=float,
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="SECONDS",
+    help="Redraw every SECONDS (2 when not given) until Ctrl-C; without a terminal, print each change.",
+)
+def ls(url, status, as_json, watch) -> None:
+    """The fleet's loops, newest first: status, iteration of its ceiling, spend of its dollar
+    ceiling, the host that runs it (or ran it last), its outcome or why it waits, its goal and
+    repository."""
+    if watch is not None and (as_json or watch <= 0):
+        fail("--watch takes a number of seconds above 0, and no --json")
     reg = registry(url)
     try:
-        rows = reg.fleet_loops(status)
-        waiting = _waiting(reg, rows) if not as_json else {}
+        from loopwright.cli.fleet_tables import loop_lines
+
+        if watch is not None:
+            from loopwright.cli.fleet_follow import watch_loops
+
+            return watch_loops(reg, lambda: loop_lines(reg, status), watch)
+        if as_json:
+            return echo_json(reg.fleet_loops(status))
+        for line in loop_lines(reg, status):
+            echo(line)
     finally:
         reg.close()
-    if as_json:
-        return echo_json(rows)
-    from loopwright.serve.fleetwatch import first_line, goal_of
-
-    for r in rows:
-        where = f" on {one_line(r['host'] or '')}" if r.get("worker") else ""
-        said = r["outcome"] or waiting.get(r["id"]) or ""
-        echo(
-            f"{r['name']:<14} {r['status']:<12} it {r['iteration']:<4} ${float(r['dollars'] or 0):.2f} "
-            f"{one_line(said)}{where}  {one_line(first_line(goal_of(r)))[:60]}  "
-            f"({one_line(r['repo'])[:50]}){_why(r)}"
-        )
-
-
-def _waiting(reg, rows: list[dict]) -> dict:
-    """Why each queued loop waits, by id, when no live worker would take it (its repository,
-    verify or account), read from what the workers publish."""
-    queued = [r for r in rows if r["status"] == "queued"]
-    if not queued:
-        return {}
-    from loopwright.fleet.consent import Takers
-
-    takers, why = Takers(reg.workers()), {}
-    for r in queued:
-        unserved = takers.unserved(r["repo"], r["spec"], r["account"])
-        if unserved:
-            why[r["id"]] = f"waiting: {unserved.short}"
-    return why
-
-
-def _why(r: dict) -> str:
-    """Why a loop waits in the queue or was stopped (a preparation that failed, a row set aside)."""
-    from loopwright.core.termsafe import one_line
-
-    shown = r["status"] == "queued" or str(r.get("outcome") or "").startswith("STOPPED:")
-    return f"  — {one_line(r['reason'])[:160]}" if shown and r.get("reason") else ""
 
 
 @fleet.command("workers")
 @db_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the workers as JSON, each with its state.")
 def workers(url, as_json) -> None:
-    """The fleet's workers: host, slots used, account and seconds since each last beat."""
-    from loopwright.core.termsafe import one_line
+    """The fleet's workers: state (alive: its last heartbeat within its lease; stale: older, its
+    loops fail over; stopped: it said it left), host, slots used, seconds since its last beat,
+    account and the loops it holds."""
+    from loopwright.cli.fleet_tables import worker_columns
+    from loopwright.cli.table import lines
+    from loopwright.registry.workers import worker_state
 
     reg = registry(url)
     try:
-        rows = reg.workers()
+        rows = [dict(r, state=worker_state(r)) for r in reg.workers()]
+        names = {r["id"]: r["name"] for r in reg.fleet_loops(limit=100_000)} if not as_json else {}
     finally:
         reg.close()
     if as_json:
         return echo_json(rows)
-    for r in rows:
-        echo(
-            f"{one_line(r['worker']):<24} {one_line(r['host']):<16} {r['used']}/{r['slots']} slots "
-            f"beat {float(r['age']):.0f}s ago  account {one_line(r['account'] or 'any')}"
-        )
+    if not rows:
+        return echo(f"no worker has beaten in {reg.shown}: start one with `loopwright worker`")
+    for line in lines(worker_columns(names), rows):
+        echo(line)
 
 
-def _steer(url: str | None, loop: str, what: str) -> None:
-    reg = registry(url)
-    try:
-        row = reg.request(loop, what)
-    finally:
-        reg.close()
-    if row is None:
-        fail(f"no fleet loop {loop!r}: `loopwright fleet ls` lists them")
-    if row["status"] == "ended":
-        echo(f"{row['name']}: {row['outcome']}")
-    else:
-        echo(f"{row['name']}: its worker was asked to {what} it (within about a second)")
+def steer(url: str | None, loop: str, what: str) -> None:
+    """Stop or cancel one fleet loop; one line saying what happens next."""
+    from loopwright.cli.fleet_steer import steer_one
+
+    steer_one(url, loop, what)
+
+
+def steer_options(what: str):
+    """LOOP, or a filter for every loop it picks, with the confirmation's --yes."""
+
+    def wrap(fn):
+        for option in reversed(
+            [
+                click.argument("loop", required=False),
+                click.option(
+                    "--status",
+                    type=click.Choice(["queued", "running", "waiting_gate"]),
+                    help=f"Every loop with this status ({what} many at once).",
+                ),
+                click.option(
+                    "--tag", help=f"Every loop with this tag that has not ended ({what} many at once)."
+                ),
+                click.option(
+                    "--account", help=f"Every loop of this account that has not ended ({what} many at once)."
+                ),
+                click.option(
+                    "--yes", is_flag=True, help="Do not ask for confirmation (needed without a terminal)."
+                ),
+                db_option,
+            ]
+        ):
+            fn = option(fn)
+        return fn
+
+    return wrap
 
 
 @fleet.command("stop")
-@click.argument("loop")
-@db_option
-def stop(loop, url) -> None:
-    """Stop a fleet loop as `loopwright stop` would: at its next Stop, with a report."""
-    _steer(url, loop, "stop")
+@steer_options("stop")
+def stop(loop, status, tag, account, yes, url) -> None:
+    """Stop fleet loop LOOP as `loopwright stop LOOP` does: its worker ends it at its next Stop,
+    with a report; a loop no worker runs ends now. With --status, --tag or --account instead of
+    LOOP, every loop they pick, after showing how many and asking (--yes skips the question)."""
+    from loopwright.cli.fleet_steer import steer_many
+
+    steer_many(url, "stop", loop, {"status": status, "tag": tag, "account": account}, yes)
 
 
 @fleet.command("cancel")
-@click.argument("loop")
-@db_option
-def cancel(loop, url) -> None:
-    """Cancel a fleet loop for good."""
-    _steer(url, loop, "cancel")
+@steer_options("cancel")
+def cancel(loop, status, tag, account, yes, url) -> None:
+    """Cancel fleet loop LOOP for good: its worker ends it CANCELLED at once, without finishing
+    the turn under way. With --status, --tag or --account instead of LOOP, every loop they pick,
+    after showing how many and asking (--yes skips the question)."""
+    from loopwright.cli.fleet_steer import steer_many
+
+    steer_many(url, "cancel", loop, {"status": status, "tag": tag, "account": account}, yes)
 
 
 @fleet.command("answer")
@@ -349,28 +394,34 @@ def cancel(loop, url) -> None:
 @click.argument("answer")
 @db_option
 def answer(loop, answer, url) -> None:
-    """Answer the gate a fleet loop waits at; it goes on with the next worker that claims it."""
-    reg = registry(url)
-    try:
-        row = reg.answer_gate(loop, answer, "cli")
-    finally:
-        reg.close()
-    if row is None:
-        fail(f"no gate waits in fleet loop {loop!r}")
-    echo(f"{row['name']}: answered {answer!r}; queued again")
+    """Answer the gate fleet loop LOOP waits at with ANSWER, one of the gate's options (`fleet ls`
+    and `fleet events` show them). The answer goes into the loop's timeline with who gave it
+    (user@host), and the loop goes on with the next worker that claims it."""
+    from loopwright.cli.fleet_steer import answer_gate
+
+    answer_gate(url, loop, answer)
 
 
 @fleet.command("events")
 @click.argument("loop")
 @db_option
-@click.option("--json", "as_json", is_flag=True)
-def events(loop, url, as_json) -> None:
-    """A fleet loop's timeline: each iteration as its worker recorded it."""
-    from loopwright.core.termsafe import one_line
-
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the events as JSON (one list; with --follow, a line each)."
+)
+@click.option(
+    "--follow", is_flag=True, help="Go on printing events as they come until the loop ends (or Ctrl-C)."
+)
+def events(loop, url, as_json, follow) -> None:
+    """Fleet loop LOOP's timeline: each iteration as its worker recorded it, gates and their
+    answers."""
     reg = registry(url)
     try:
         row = reg.fleet_loop(loop)
+        if row is not None and follow:
+            from loopwright.cli.fleet_follow import follow_loops
+
+            follow_loops(reg, [row["id"]], as_json)
+            return
         found = reg.events(row["id"]) if row else None
     finally:
         reg.close()
@@ -378,9 +429,10 @@ def events(loop, url, as_json) -> None:
         fail(f"no fleet loop {loop!r}")
     if as_json:
         return echo_json(found)
+    from loopwright.cli.fleet_follow import event_line
+
     for e in found:
-        when = time.strftime("%H:%M:%S", time.gmtime(e["at"]))
-        echo(f"{when} g{e['generation']} {e['kind']}: {one_line(e['data'])[:200]}")
+        echo(event_line(e))
 
 
 fleet.add_command(fleet_limits.limits)

@@ -21,13 +21,14 @@ def gate() -> None:
 @ceiling_options("With 'budget-escalation raise': the new {} ceiling.")
 @click.pass_obj
 def gate_answer(obj: Ctx, gate_name, answer, name, **raise_to) -> None:
-    """Record the user's answer to a waiting gate, verbatim."""
+    """Record the user's answer to the waiting gate GATE, verbatim: OPTION is one of its options
+    (`loopwright gate list` shows them)."""
     echo(gates.answer_gate(obj.state, name, env_session(), gate_name, answer, raise_to))
 
 
 @gate.command("list")
 @click.option("--loop", "name", help="The loop (default: this session's, or the only one).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the loop and its waiting gates as JSON.")
 @click.pass_obj
 def gate_list(obj: Ctx, name, as_json) -> None:
     """Gates waiting for an answer."""

@@ -130,7 +130,8 @@ def start(obj: Ctx, prompt, session, prompt_file, args_stdin, accept_project_rat
 @click.option("--explain", is_flag=True, help="Show the snapshot and the reasons, not just the decision.")
 @click.pass_obj
 def route(obj: Ctx, name, session, message, transcript_path, explain) -> None:
-    """Dry run: what the router would decide at a Stop right now, and why. Changes nothing."""
+    """Dry run: what the router would decide at a Stop of loop NAME (default: the session's, or
+    the only active one) right now, and why. Changes nothing."""
     from loopwright.core.completion import sentinel
     from loopwright.events.hookinput import HookInput
     from loopwright.events.observe import observe
@@ -195,10 +196,13 @@ def route(obj: Ctx, name, session, message, transcript_path, explain) -> None:
 @click.command()
 @click.argument("name", required=False)
 @click.option("--session", help="Cancel the loop this session owns.")
-@click.option("--reason", default="cancelled by the user", show_default=True)
+@click.option(
+    "--reason", default="cancelled by the user", show_default=True, help="Why, for its report and journal."
+)
 @click.pass_obj
 def cancel(obj: Ctx, name, session, reason) -> None:
-    """Cancel a loop for good: no later Stop can continue or revive it."""
+    """Cancel loop NAME (default: this session's, or the only active one) for good, now: no
+    later Stop can continue or revive it. `loopwright stop` lets it finish its turn instead."""
     echo(cancelling.cancel(obj.state, name, starting.clean_session(session) or env_session(), reason))
 
 
@@ -215,7 +219,7 @@ def cancel(obj: Ctx, name, session, reason) -> None:
 @ceiling_options("Raise the {} ceiling (ceilings change only when you say so).")
 @click.pass_obj
 def resume(obj: Ctx, name, session, lock_mode, **ceilings) -> None:
-    """Continue a loop in this session: after an interrupt or the block cap, when its session
+    """Continue loop NAME in this session: after an interrupt or the block cap, when its session
     died (counters come back from the last history line), or after a budget ran out (with a
     higher ceiling)."""
     res = resuming.resume(
@@ -233,7 +237,7 @@ def resume(obj: Ctx, name, session, lock_mode, **ceilings) -> None:
 @click.option("--owner", required=True, help="The owner tag the lock must carry, e.g. session:<id>.")
 @click.pass_obj
 def release_lock(obj: Ctx, name, owner) -> None:
-    """Free a loop's lock, only if OWNER holds it."""
+    """Free the lock of loop NAME (default: the only loop), only if the owner --owner names holds it."""
     paths = pick.pick_loop(obj.state, name, None, active_only=False)
     with loops.loop_mutex(paths):
         lk = loops.read_state(paths, "lock", move_corrupt=False)
@@ -254,7 +258,7 @@ def release_lock(obj: Ctx, name, owner) -> None:
 @click.option("--force", is_flag=True, help="Also remove an active loop whose lock is still alive.")
 @click.pass_obj
 def teardown(obj: Ctx, name, force) -> None:
-    """Remove a loop and all its files (safe after a crash; refuses a live loop without --force)."""
+    """Remove loop NAME and all its files (safe after a crash; refuses a live loop without --force)."""
     paths = pick.pick_loop(obj.state, name, None, active_only=False, trusted=False)
     loops.check_dirs(obj.state, paths.name)  # rmtree never follows symlinks, but say so plainly
     with loops.loop_mutex(paths):
@@ -287,7 +291,7 @@ def teardown(obj: Ctx, name, force) -> None:
 )
 @click.pass_obj
 def adopt(obj: Ctx, name: str, digest: str | None) -> None:
-    """Take over a loop your loopwright did not create (cloned, copied, written by another user).
+    """Take over loop NAME, which your loopwright did not create (cloned, copied, written by another user).
 
     Shows its goal, the command it runs on completion, its ceilings, spend and tasks, and a
     digest of what you read; with --yes DIGEST it becomes yours, exactly as shown (in a new

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from loopwright import __version__, modes
-from loopwright.cli import db, doctor, fleet, gate, iteration, loop, run, serve, status, tasks
+from loopwright.cli import db, doctor, fleet, gate, iteration, loop, run, serve, status, stop, tasks
 from loopwright.cli.base import Ctx, Group
 
 
@@ -27,7 +27,7 @@ def main(ctx: click.Context, project: str | None) -> None:
     ctx.obj = Ctx(project)
 
 
-for _noun in (loop, run, serve, status, gate, iteration, tasks, doctor, db, fleet):
+for _noun in (loop, stop, run, serve, status, gate, iteration, tasks, doctor, db, fleet):
     for _command in _noun.COMMANDS:
         main.add_command(_command)
 
@@ -41,6 +41,16 @@ def add_mode_commands(group: click.Group) -> None:
 
 
 add_mode_commands(main)
+
+# `loopwright --help` lists what a person runs first, and apart the commands the agent and the
+# hooks run inside a loop (tests/cli/test_help.py keeps every command in one of them).
+main.sections = (
+    ("Commands",
+     ("run", "start", "status", "stop", "cancel", "resume", "history", "submit", "worker", "fleet", "serve")),
+    ("Setup and repair", ("doctor", "db", "adopt", "teardown", "release-lock", "discover")),
+    ("Used inside a loop by the agent and the hooks",
+     ("report", "gate", "task", "signal", "lifecycle", "review", "route", "statusline")),
+)  # fmt: skip
 
 
 def run() -> None:

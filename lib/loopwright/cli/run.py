@@ -91,7 +91,14 @@ class Reporter:
 @click.option("--verify", help="A command that must pass before a completion claim is accepted.")
 @click.option("--name", help="Loop name (default: the mode, made unique).")
 @click.option("--gates", "gate_policy", type=click.Choice(["ask", "continue", "stop"]), help="Gate policy.")
-@click.option("--claude", "claude_bin", envvar="LOOPWRIGHT_CLAUDE", default="claude", show_default=True)
+@click.option(
+    "--claude",
+    "claude_bin",
+    envvar="LOOPWRIGHT_CLAUDE",
+    default="claude",
+    show_default=True,
+    help="Claude Code's CLI to run (a path, or a name on PATH; also $LOOPWRIGHT_CLAUDE).",
+)
 @click.option("--claude-arg", "claude_args", multiple=True, help="Passed to claude as is; repeatable.")
 @click.option(
     "--plugin-dir",

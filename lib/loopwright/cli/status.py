@@ -179,7 +179,8 @@ def _print_project_rates(pr: dict | None) -> None:
 @click.option("--last", type=int, help="Only the last N iterations.")
 @click.pass_obj
 def history(obj: Ctx, name, as_json, last) -> None:
-    """One row per iteration: outcome, tokens, dollars, gates."""
+    """One row per iteration of loop NAME (default: this session's, or the only one): outcome,
+    tokens, dollars, gates."""
     paths = pick.pick_loop(obj.state, name, env_session(), active_only=False)
     records, problems = store.read_jsonl(paths.history)
     if last:

@@ -77,10 +77,10 @@ def task() -> None:
 @click.option("--depends-on", multiple=True, metavar="ID", help="A task that must be done first; repeatable.")
 @click.option("--source", default="manual", show_default=True, help="Where the task came from.")
 @click.option("--loop", "loop_name", help="The loop whose tasks to change (default: this session's).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def task_add(obj: Ctx, text, depends_on, source, loop_name, as_json) -> None:
-    """Add an open task; prints its id."""
+    """Add an open task described by TEXT; prints its id."""
     from loopwright.state import tasks as taskreg
 
     path = _task_file(obj, loop_name)
@@ -92,10 +92,10 @@ def task_add(obj: Ctx, text, depends_on, source, loop_name, as_json) -> None:
 @task.command("complete")
 @click.argument("task_id", metavar="ID")
 @click.option("--loop", "loop_name", help="The loop whose tasks to change (default: this session's).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def task_complete(obj: Ctx, task_id, loop_name, as_json) -> None:
-    """Mark a task done (a task already done stays as it is)."""
+    """Mark task ID done (a task already done stays as it is)."""
     from loopwright.state import tasks as taskreg
 
     entry, changed = taskreg.complete(_task_file(obj, loop_name), task_id)
@@ -110,10 +110,10 @@ def task_complete(obj: Ctx, task_id, loop_name, as_json) -> None:
 @click.argument("task_id", metavar="ID")
 @click.argument("text", nargs=-1, required=True)
 @click.option("--loop", "loop_name", help="The loop whose tasks to change (default: this session's).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def task_update(obj: Ctx, task_id, text, loop_name, as_json) -> None:
-    """Replace a task's description (its status is kept)."""
+    """Replace task ID's description with TEXT (its status is kept)."""
     from loopwright.state import tasks as taskreg
 
     entry = taskreg.update(_task_file(obj, loop_name), task_id, " ".join(text))
@@ -124,10 +124,10 @@ def task_update(obj: Ctx, task_id, text, loop_name, as_json) -> None:
 @click.argument("task_id", metavar="ID")
 @click.argument("reason", nargs=-1)
 @click.option("--loop", "loop_name", help="The loop whose tasks to change (default: this session's).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def task_remove(obj: Ctx, task_id, reason, loop_name, as_json) -> None:
-    """Remove a task for good (REASON defaults to "manual")."""
+    """Remove task ID for good (REASON defaults to "manual")."""
     from loopwright.state import tasks as taskreg
 
     entry = taskreg.remove(_task_file(obj, loop_name), task_id, " ".join(reason) or "manual")
@@ -137,10 +137,11 @@ def task_remove(obj: Ctx, task_id, reason, loop_name, as_json) -> None:
 @task.command("list")
 @click.argument("project_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--loop", "loop_name", help="The loop whose tasks to show (default: this session's).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def task_list(obj: Ctx, project_dir, loop_name, as_json) -> None:
-    """All tasks, grouped by status: open oldest first, done most recent first."""
+    """All tasks, grouped by status: open oldest first, done most recent first (of the project
+    in PROJECT_DIR when given)."""
     from loopwright.state import tasks as taskreg
 
     path = _task_file(obj, loop_name, project_dir)

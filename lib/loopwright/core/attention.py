@@ -18,11 +18,13 @@ from loopwright.core.outcomes import CANCELLED, LOOP_DONE, stopped
 # before its goal was met: a failure, shown with its cause.
 SUCCESSES = (LOOP_DONE, CANCELLED, stopped("user_stop"))
 PERSON_STOPS = "GATE_STOP:"  # the user answered stop at a gate (core/outcomes.gate_stop)
-# A worker beats every 10 s by default (its --heartbeat): six missed beats make it stale, ten
-# minutes of silence stopped (as `submit` counts the workers it warns about).
+# A worker is alive while its last beat is within its lease (so the claims it holds stand), else
+# stale (its loops fail over); stopped once it said so, or after ten minutes of silence. A worker
+# that publishes no lease is given STALE_AFTER.
+ALIVE, STALE, STOPPED = "alive", "stale", "stopped"
 STALE_AFTER = 60.0
 STOPPED_AFTER = 600.0
-WORKER_STATES = ("alive", "stale", "stopped")
+WORKER_STATES = (ALIVE, STALE, STOPPED)
 HELD = ("running", "waiting_gate")
 
 
@@ -46,16 +48,20 @@ def _number(value) -> float | None:
     return float(value) if ok else None
 
 
-def worker_state(worker: dict) -> str:
-    """alive, stale or stopped, from the seconds since its last beat (by the database's clock).
-    A worker whose row says it stopped (``state`` or ``stopped_at``, when the schema has them)
-    is stopped whatever its age."""
-    if worker.get("state") == "stopped" or _number(worker.get("stopped_at")) is not None:
-        return "stopped"
-    age = _number(worker.get("age"))
+def worker_state(worker: dict, now: float | None = None) -> str:
+    """alive, stale or stopped: the one rule of `fleet workers`, the page, the metrics and
+    `submit`. Stopped: the worker said so as it left (``stopped_at`` at or after its last beat;
+    one started again under the same name beats after it), or it has been silent STOPPED_AFTER.
+    Alive: its last beat is within its lease. ``now`` is the database's clock when the row was
+    read; without it, the row's ``age`` (seconds since its beat, by that same clock)."""
+    beat, left = _number(worker.get("beat_at")), _number(worker.get("stopped_at"))
+    if worker.get("state") == STOPPED or (left is not None and (beat is None or left >= beat)):
+        return STOPPED
+    age = float(now) - beat if now is not None and beat is not None else _number(worker.get("age"))
     if age is None or age >= STOPPED_AFTER:
-        return "stopped"
-    return "stale" if age >= STALE_AFTER else "alive"
+        return STOPPED
+    lease = _number(worker.get("lease"))
+    return ALIVE if age < (max(lease, 1.0) if lease else STALE_AFTER) else STALE
 
 
 def _scopes(row: dict) -> list[str]:

@@ -115,6 +115,25 @@ def validate_answer(pending: list[dict], name: str, answer: str) -> dict:
     raise ValueError(f"no gate {name} is waiting for an answer (waiting: {waiting})")
 
 
+MAX_ANSWER = 200  # the longest answer a fleet loop's gate takes
+
+
+def fleet_answer_problem(gate, answer) -> str | None:
+    """Why ``answer`` cannot answer ``gate`` (as a fleet loop's row holds it), None when it can:
+    the one check of `loopwright fleet answer`, the API and the page. The options are the ones
+    the row's gate names, else the gate's own (a row is as writable as anything in the database)."""
+    if not isinstance(answer, str) or not answer.strip() or len(answer) > MAX_ANSWER:
+        return f"give the answer (up to {MAX_ANSWER} characters): one of the gate's options"
+    gate = gate if isinstance(gate, dict) else {}
+    options = gate.get("options")
+    if not (isinstance(options, list) and options):
+        options = OPTIONS.get(gate.get("name"))
+    if options and answer not in options:
+        shown = ", ".join(str(o) for o in options)[:300]
+        return f"{answer!r} is not an option of gate {gate.get('name')}: {shown}"
+    return None
+
+
 def prompt_section(pending: list[dict], asks: int) -> str:
     """The part of the next prompt that asks for the gate answers."""
     lines = ["loopwright needs a decision from the user before this loop goes on."]

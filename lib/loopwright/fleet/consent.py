@@ -22,6 +22,7 @@ from fnmatch import fnmatchcase
 
 from loopwright.core.termsafe import one_line
 from loopwright.fleet import allow
+from loopwright.registry.workers import STOPPED, worker_state
 
 MAX_PATTERN = 4000  # as long as the longest verify a row may hold (fleet/spec.py)
 LIVE_LEASES = 3  # a worker whose last beat is within this many of its leases is live
@@ -81,9 +82,12 @@ def _plural(n: int, what: str) -> str:
 
 
 def live(workers: list[dict]) -> list[dict]:
-    """The workers whose last beat is within LIVE_LEASES of their lease."""
+    """The workers whose last beat is within LIVE_LEASES of their lease, but for those that
+    said they stopped."""
     found = []
     for w in workers:
+        if worker_state(w) == STOPPED:  # it said it left: no grace for it
+            continue
         lease = w.get("lease") if isinstance(w.get("lease"), (int, float)) else DEFAULT_LEASE
         if float(w.get("age") or 0) < LIVE_LEASES * max(float(lease), 1.0):
             found.append(w)

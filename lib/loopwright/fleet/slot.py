@@ -27,7 +27,7 @@ from loopwright.actions import carry
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.core.outcomes import gate_stop, stopped
-from loopwright.fleet import handoff, limits, reconcile, spec, unprepared
+from loopwright.fleet import handoff, limits, logline, reconcile, spec, unprepared
 from loopwright.fleet.items import Share
 from loopwright.fleet.runnerproc import kill_tree
 from loopwright.fleet.workspace import PushRejected, Workspace, WorkspaceError
@@ -118,7 +118,13 @@ class Slot:
         self.out_of_budget = reconcile.recover(self)  # what a worker pushed and did not record
         if self.out_of_budget:
             return self._end_for_budget()
-        self.w.log("claimed", loop=self.name, generation=self.gen, failovers=row["failovers"])
+        self.w.log(
+            "claimed",
+            loop=self.name,
+            generation=self.gen,
+            failovers=row["failovers"],
+            repo=logline.repo(row["repo"]),
+        )
         self.share = Share.of(self)
         if self.share is not None:
             self.share.start()

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import re
 
+from loopwright.actions.start import MAX_WRAP_UP_FLOOR
+from loopwright.core import judge
 from loopwright.core.errors import UserError
+from loopwright.core.gates import POLICIES
 
 MAX_GOAL = 100_000
 MAX_BACKLOG_KEY = 200
@@ -30,6 +33,9 @@ LIMITS = {
 }
 TEXT = {"completion_promise": 200, "verify": 4000, "judge_model": 128}
 FLAGS = ("judge", "wrap_up")
+NUMBERS = {"wrap_up_floor": (0.0, MAX_WRAP_UP_FLOOR), "judge_timeout": (1.0, judge.MAX_TIMEOUT)}
+CHOICES = {"gates": POLICIES}
+OPTIONS = (*TEXT, *FLAGS, *NUMBERS, *CHOICES)  # a spec's keys beside the goal, args and limits
 MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # claude-haiku-4-5, haiku
 GITHUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/(?!\.\.?\Z)[A-Za-z0-9._-]+\Z")  # OWNER/NAME
 MODES = ("work", "review", "task")
@@ -48,17 +54,29 @@ RUN_OPTIONS = frozenset(
 
 
 class SpecError(UserError):
-    """A fleet loop's row cannot be run as it is: one line saying what is wrong."""
+    """A fleet loop's row cannot be run as it is: one line saying what is wrong. ``field`` is the
+    spec's key the line starts with, if any (the command line names its option instead)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def as_option(self) -> str:
+        """The line as `loopwright submit` says it: --max-iterations, not max_iterations."""
+        text = str(self)
+        if self.field and text.startswith(self.field):
+            return "--" + self.field.replace("_", "-") + text[len(self.field) :]
+        return text
 
 
 def _text(value, what: str, limit: int, *, one_line: bool = True) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise SpecError(f"{what} must be non-empty text")
+        raise SpecError(f"{what} must be non-empty text", what)
     if len(value) > limit:
-        raise SpecError(f"{what} is {len(value)} characters; the limit is {limit}")
+        raise SpecError(f"{what} is {len(value)} characters; the limit is {limit}", what)
     bad = "\0" if not one_line else "\0\r\n"
     if any(c in value for c in bad):
-        raise SpecError(f"{what} holds a NUL byte or a line break")
+        raise SpecError(f"{what} holds a NUL byte or a line break", what)
     return value
 
 
@@ -76,9 +94,9 @@ def _limit_args(limits) -> list[str]:
             continue
         number = type(value) in (int, float) and (kind is float or type(value) is int)
         if not number:
-            raise SpecError(f"{key} must be a {'whole ' if kind is int else ''}number")
+            raise SpecError(f"{key} must be a {'whole ' if kind is int else ''}number", key)
         if not lo <= value <= hi:
-            raise SpecError(f"{key} must be between {lo} and {hi}")
+            raise SpecError(f"{key} must be between {lo} and {hi}", key)
         args += [f"--{key.replace('_', '-')}", str(value)]
     return args
 
@@ -92,14 +110,27 @@ def _option_args(spec: dict) -> list[str]:
     if model is not None and not MODEL.match(model):
         raise SpecError(
             f"judge_model {model[:60]!r} is not a plain model name (letters, digits, '.', '_', '-'; "
-            "e.g. claude-haiku-4-5 or haiku)"
+            "e.g. claude-haiku-4-5 or haiku)",
+            "judge_model",
         )
+    for key, (lo, hi) in NUMBERS.items():
+        value = spec.get(key)
+        if value is None:
+            continue
+        if type(value) not in (int, float) or not lo <= value <= hi:
+            raise SpecError(f"{key} must be a number between {lo:g} and {hi:g}", key)
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    for key, choices in CHOICES.items():
+        value = spec.get(key)
+        if value is not None and value not in choices:
+            raise SpecError(f"{key} must be one of {', '.join(choices)}", key)
+        args += [f"--{key}", value] if value is not None else []
     for key in FLAGS:
         value = spec.get(key)
         if value is None:
             continue
         if not isinstance(value, bool):
-            raise SpecError(f"{key} must be true or false")
+            raise SpecError(f"{key} must be true or false", key)
         args.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
     return args
 
@@ -130,6 +161,7 @@ def runner_args(kind: str, spec) -> list[str]:
             raise SpecError(f"a mode's words may not set the runner's own option {word.split('=', 1)[0]}")
     mode_words(kind, words)
     _github_repos(words)
+    _mode_takes(kind, spec)
     return [*args, kind, *words]
 
 
@@ -167,6 +199,21 @@ def mode_words(kind: str, words: list[str]) -> None:
         slashargs.parse(" ".join(shlex.quote(w) for w in words), known)
     except slashargs.ArgError as exc:
         raise SpecError(f"the {kind} mode's words: {exc}") from None
+
+
+def _mode_takes(kind: str, spec: dict) -> None:
+    """The runner hands a mode's loop only the options its command line takes (`run work
+    --judge` is refused there): refused here instead, before any worker claims the loop."""
+    from loopwright import modes
+
+    part = modes.part(kind, "slash") if kind in modes.names() else None
+    known = getattr(part, "OPTIONS", {})
+    asked = [k for k, v in (spec.get("limits") or {}).items() if v is not None]
+    asked += [k for k in OPTIONS if spec.get(k) is not None]
+    for key in asked:
+        flag = f"--{'no-' if spec.get(key) is False else ''}{key.replace('_', '-')}"
+        if flag not in known:
+            raise SpecError(f"{key} does not apply to a {kind} loop", key)
 
 
 def _github_repos(words: list[str]) -> None:

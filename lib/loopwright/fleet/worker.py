@@ -23,6 +23,7 @@ from pathlib import Path
 
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
+from loopwright.fleet import logline
 from loopwright.fleet.allow import Allow
 from loopwright.fleet.consent import Verifies
 from loopwright.fleet.slot import Slot
@@ -48,6 +49,7 @@ class Options:
         runner_options: tuple = (),
         allow_verify: tuple = (),
         prepare_backoff: float = 60.0,
+        log_format: str = "text",
     ) -> None:
         self.slots, self.allow, self.data = slots, allow, Path(data)
         self.host = host or socket.gethostname()
@@ -57,6 +59,7 @@ class Options:
         self.runner_options = tuple(runner_options)
         self.allow_verify = list(allow_verify)
         self.prepare_backoff = prepare_backoff  # the first wait after a loop could not be prepared
+        self.log_format = log_format  # "text" for a person, "json" for machines
 
 
 class Worker:
@@ -80,8 +83,14 @@ class Worker:
         self.name_taken = False
 
     def log(self, event: str, **fields) -> None:
-        """One JSON line per event on the worker's output (its service log)."""
-        line = jsoncodec.dumps({"at": now_iso(), "event": event, "worker": self.opts.name, **fields}).decode()
+        """One line per event on the worker's output (its service log): a sentence, or with
+        --log-format json one JSON object."""
+        if self.opts.log_format == "json":
+            line = jsoncodec.dumps(
+                {"at": now_iso(), "event": event, "worker": self.opts.name, **fields}
+            ).decode()
+        else:
+            line = logline.text(event, {"worker": self.opts.name, **fields})
         with self._out_lock:
             print(line, file=self.out, flush=True)
 
@@ -121,12 +130,20 @@ class Worker:
         finally:
             listener.close()
         self._beat()
+        self._said_stopped()
         try:
             self.registry.let_go_of_name(self.opts.name, self.token)
         except RegistryError:
             pass  # it is let go of anyway once its beats are old
         self.log("stopped")
         return 0
+
+    def _said_stopped(self) -> None:
+        """The worker's row says it left (`fleet workers`: stopped, not stale)."""
+        try:
+            self.registry.worker_stopped(self.opts.name, self.token)
+        except RegistryError as exc:
+            self.log("database", error=str(exc))
 
     def _fill(self) -> None:
         while len(self.slots) < self.opts.slots:

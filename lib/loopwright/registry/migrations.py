@@ -174,6 +174,10 @@ ALTER TABLE fleet_workers ADD COLUMN live_for {real}
 # while the loop runs. NULL: an iteration whose cost nothing is known of yet.
 RESERVATIONS = "ALTER TABLE fleet_loops ADD COLUMN reserved {real} DEFAULT 0"
 
+# When a worker said it stopped (issue 27 part 4): `fleet workers`, the page and the metrics tell
+# a worker that left (stopped_at at or after its last beat) from one that went silent.
+WORKER_STOPPED = "ALTER TABLE fleet_workers ADD COLUMN stopped_at {real}"
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
@@ -184,6 +188,7 @@ STEPS = [
     (5, "worker_policy", WORKER_POLICY, None),
     (6, "claims", {d: sql + ";" + CLAIM_COLUMNS for d, sql in CLAIMS.items()}, None),
     (7, "reservations", RESERVATIONS, None),
+    (8, "worker_stopped", WORKER_STOPPED, None),
 ]
 
 

@@ -93,6 +93,10 @@ ANSWER = (
     "updated_at = {now} WHERE id = %s AND status = 'waiting_gate' AND updated_at = %s"
 )
 
+ANSWERED = (
+    "INSERT INTO fleet_events (loop_id, at, generation, kind, data) VALUES (%s, {now}, %s, 'answered', %s)"
+)
+
 
 def json_text(value) -> str:
     return jsoncodec.dumps(value).decode("utf-8")
@@ -441,6 +445,9 @@ class Queue:
                 gate = dict(gate) if isinstance(gate, dict) else {}
                 gate.update(answer=answer, by=by, answered_at=row["db_now"])
                 if tx.run(ANSWER, (json_text(gate), row["id"], row["updated_at"])) == 1:
+                    said = {"gate": gate.get("name"), "answer": answer, "by": by}
+                    tx.run(ANSWERED, (row["id"], row["generation"], json_text(said)))  # in its timeline
+                    self.backend.notify(tx, PROGRESS_CHANNEL, row["id"])
                     self.backend.notify(tx, CONTROL_CHANNEL, row["id"])
                     self.backend.notify(tx, QUEUE_CHANNEL, row["id"])
                     return loop_row(tx.one("SELECT * FROM fleet_loops WHERE id = %s", (row["id"],)))

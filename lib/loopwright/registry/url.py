@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from loopwright.registry.api import RegistryError
 
@@ -30,9 +31,11 @@ def chosen(url: str | None, default: str | None) -> tuple[str, str]:
 
 
 def shown(url: str) -> str:
-    """``url`` with any password replaced by ***."""
+    """``url`` with any password replaced by ***: the login's, and a ``password=`` parameter
+    (libpq takes one in the query too)."""
     if not url.startswith(SCHEMES):
         return url
+    url = re.sub(r"([?&]password=)[^&]*", r"\1***", url)
     scheme, rest = url.split("://", 1)
     auth, at, host = rest.rpartition("@")
     if not at or ":" not in auth:

@@ -10,13 +10,24 @@ died holds it until its beats are that old.
 
 from __future__ import annotations
 
-from loopwright.core.attention import STALE_AFTER, STOPPED_AFTER, WORKER_STATES, worker_state
+from loopwright.core.attention import (
+    ALIVE,
+    STALE,
+    STALE_AFTER,
+    STOPPED,
+    STOPPED_AFTER,
+    WORKER_STATES,
+    worker_state,
+)
 from loopwright.registry.api import RegistryError
 from loopwright.registry.queue import json_text, json_value
 
 # A worker's state (alive, stale, stopped) is core/attention.py's rule, the page's and the
 # metrics' alike; re-exported here for the registry's callers.
-__all__ = ["STALE_AFTER", "STOPPED_AFTER", "WORKER_STATES", "Workers", "live_for", "worker_state"]
+__all__ = [
+    "ALIVE", "STALE", "STALE_AFTER", "STOPPED", "STOPPED_AFTER", "WORKER_STATES", "Workers", "live_for",
+    "worker_state",
+]  # fmt: skip
 
 LIVE_BEATS = 3  # beats a worker may miss and still hold its name
 MIN_LIVE_FOR = 5.0  # seconds, however often it beats
@@ -111,8 +122,8 @@ class Workers:
         """Every worker that beat and was not forgotten, by host."""
         with self.backend.tx() as tx:
             rows = tx.rows(
-                "SELECT worker, host, slots, used, account, loops, allow_repo, allow_verify, lease, "
-                "beat_at, started_at, {now} - beat_at AS age FROM fleet_workers ORDER BY host, worker"
+                "SELECT worker, host, slots, used, account, loops, allow_repo, allow_verify, lease, beat_at, "
+                "started_at, stopped_at, {now} - beat_at AS age FROM fleet_workers ORDER BY host, worker"
             )
         return [
             dict(
@@ -123,6 +134,17 @@ class Workers:
             )
             for r in rows
         ]
+
+    def worker_stopped(self, worker: str, token: str | None = None) -> None:
+        """This worker is leaving (its loops were handed back): it holds nothing, and `fleet
+        workers` shows it stopped rather than stale. With the ``token`` it holds its name by,
+        only while the name is still its own (another worker may have taken it meanwhile)."""
+        sql = "UPDATE fleet_workers SET used = 0, loops = '[]', stopped_at = {now} WHERE worker = %s"
+        with self.backend.tx() as tx:
+            if token is None:
+                tx.run(sql, (worker,))
+            else:
+                tx.run(sql + " AND (token IS NULL OR token = %s)", (worker, token))
 
     def forget_worker(self, worker: str) -> bool:
         """Removes a worker from the list (one that stopped for good); whether it was there."""

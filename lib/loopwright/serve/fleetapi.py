@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from loopwright.core import raising
+from loopwright.core import gates, raising
 from loopwright.core.gates import BUDGET_ESCALATION
 from loopwright.fleet import allow
 from loopwright.fleet import spec as specs
@@ -27,11 +27,11 @@ from loopwright.serve.requests import ApiError, body, count
 EVENTS_LIMIT = 100  # a timeline slice when none is asked for
 MAX_EVENTS = 500  # the most one slice holds
 MAX_TAGS = 32
-MAX_ANSWER = 200
+MAX_ANSWER = gates.MAX_ANSWER
 # camelCase names the local API already takes for the same limits (app.limits_of)
 ALIASES = {"maxIterations": "max_iterations", "timeout": "max_minutes", "maxDollars": "max_dollars"}
 FIELDS = {"repo", "goal", "mode", "args", "branch", "name", "account", "tags", "limits"}
-OPTIONS = (*specs.TEXT, *specs.FLAGS)
+OPTIONS = specs.OPTIONS  # as `loopwright submit` takes them
 
 
 async def fleet_view(request: Request):
@@ -124,10 +124,9 @@ def _answerable(row: dict, answer: str, raise_to: dict | None) -> tuple[dict | N
     gate = row.get("gate") if isinstance(row.get("gate"), dict) else {}
     if row["status"] != "waiting_gate" or gate.get("answer"):
         raise ApiError(409, f"no gate waits in fleet loop {row['name']} (it is {row['status']})")
-    options = gate.get("options")
-    if isinstance(options, list) and options and answer not in options:
-        shown = ", ".join(str(o) for o in options)[:300]
-        raise ApiError(400, f"{answer!r} is not an option of gate {gate.get('name')}: {shown}")
+    problem = gates.fleet_answer_problem(gate, answer)
+    if problem:
+        raise ApiError(400, problem)
     if answer != "raise" or gate.get("name") != BUDGET_ESCALATION:
         return None, None
     try:

@@ -24,7 +24,7 @@ def lifecycle() -> None:
 @click.option(
     "--worktree", is_flag=True, help="Work in .worktrees/task-<module> instead of switching this checkout."
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_init(obj: Ctx, module, title, tags, worktree, as_json) -> None:
     """Create TASK/MODULE (status draft), its branch task/MODULE, and commit."""
@@ -44,10 +44,10 @@ def lc_init(obj: Ctx, module, title, tags, worktree, as_json) -> None:
 @click.option(
     "--annotations", is_flag=True, help="The plan run processed annotations (instead of generating a plan)."
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_plan(obj: Ctx, module, annotations, as_json) -> None:
-    """Record a plan run: draft/blocked -> planning, review/executing -> re-planning."""
+    """Record a plan run of TASK/MODULE: draft/blocked -> planning, review/executing -> re-planning."""
     from loopwright.modes.task.ops.transition import apply
 
     res = apply(obj.project_dir, module, "plan", result="(annotations)" if annotations else "(generated)")
@@ -61,17 +61,22 @@ def lc_plan(obj: Ctx, module, annotations, as_json) -> None:
 
 @lifecycle.command("check")
 @click.argument("module")
-@click.option("--checkpoint", type=click.Choice(["post-plan", "mid-exec", "post-exec"]), required=True)
+@click.option(
+    "--checkpoint",
+    type=click.Choice(["post-plan", "mid-exec", "post-exec"]),
+    required=True,
+    help="Which check this is: after the plan, during execution or after it.",
+)
 @click.option(
     "--result",
     required=True,
     help="post-plan: PASS|NEEDS_REVISION|BLOCKED; mid-exec: CONTINUE|NEEDS_FIX|REPLAN|BLOCKED;"
     " post-exec: ACCEPT|NEEDS_FIX|REPLAN",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_check(obj: Ctx, module, checkpoint, result, as_json) -> None:
-    """Record a check verdict and its status change."""
+    """Record a check verdict on TASK/MODULE and its status change."""
     from loopwright.modes.task.ops.transition import apply
 
     res = apply(obj.project_dir, module, "check", checkpoint=checkpoint, result=result)
@@ -90,10 +95,10 @@ def lc_check(obj: Ctx, module, checkpoint, result, as_json) -> None:
 )
 @click.option("--completed-steps", type=int, help="Steps of the plan completed so far.")
 @click.option("--total-steps", type=int, help="Steps in the plan (for the commit message).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_exec(obj: Ctx, module, result, completed_steps, total_steps, as_json) -> None:
-    """Start, continue or finish execution (dependencies must be complete)."""
+    """Start, continue or finish the execution of TASK/MODULE (dependencies must be complete)."""
     from loopwright.modes.task.ops.transition import apply
 
     desc = None
@@ -107,11 +112,17 @@ def lc_exec(obj: Ctx, module, result, completed_steps, total_steps, as_json) -> 
 
 @lifecycle.command("commit")
 @click.argument("module")
-@click.option("--type", "kind", type=click.Choice(["feat", "fix", "refactor"]), required=True)
+@click.option(
+    "--type",
+    "kind",
+    type=click.Choice(["feat", "fix", "refactor"]),
+    required=True,
+    help="The commit's kind in the convention: a feature, a fix or a refactoring.",
+)
 @click.option("--message", "-m", required=True, help="What changed.")
 @click.pass_obj
 def lc_commit(obj: Ctx, module, kind, message) -> None:
-    """Commit all project changes with the ai-cli-task convention (exec phase)."""
+    """Commit all project changes for TASK/MODULE with the ai-cli-task convention (exec phase)."""
     from loopwright.modes.task.ops.commit import commit_work
 
     sha = commit_work(obj.project_dir, module, kind, message)
@@ -129,7 +140,7 @@ def lc_commit(obj: Ctx, module, kind, message) -> None:
     "--continue", "cont", is_flag=True, help="Finish a merge whose conflicts you resolved and staged."
 )
 @click.option("--abort", is_flag=True, help="Abandon a merge in progress; the task stays executing.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_merge(obj: Ctx, module, verify, cont, abort, as_json) -> None:
     """Merge task/MODULE into its base branch; on success the task is complete and cleaned up."""
@@ -154,8 +165,15 @@ def lc_merge(obj: Ctx, module, verify, cont, abort, as_json) -> None:
 
 @lifecycle.command("report")
 @click.argument("module")
-@click.option("--format", "fmt", type=click.Choice(["full", "summary"]), default="full", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["full", "summary"]),
+    default="full",
+    show_default=True,
+    help="The whole report, or a short summary.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_report(obj: Ctx, module, fmt, as_json) -> None:
     """Write TASK/MODULE/.report.md from the task's files and commit history."""
@@ -167,12 +185,12 @@ def lc_report(obj: Ctx, module, fmt, as_json) -> None:
 
 @lifecycle.command("cancel")
 @click.argument("module")
-@click.option("--reason", default="user cancelled", show_default=True)
+@click.option("--reason", default="user cancelled", show_default=True, help="Why, for the task's record.")
 @click.option("--cleanup", is_flag=True, help="Also remove the worktree and delete the branch.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_cancel(obj: Ctx, module, reason, cleanup, as_json) -> None:
-    """Cancel a task in any status (snapshotting uncommitted changes first)."""
+    """Cancel TASK/MODULE in any status (snapshotting uncommitted changes first)."""
     from loopwright.modes.task.ops.cancel import cancel
 
     res = cancel(obj.project_dir, module, reason, cleanup)
@@ -189,7 +207,7 @@ def lc_cancel(obj: Ctx, module, reason, cleanup, as_json) -> None:
 @lifecycle.command("annotate")
 @click.argument("module")
 @click.argument("plan_file")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_annotate(obj: Ctx, module, plan_file, as_json) -> None:
     """Apply TASK/MODULE/.tmp-annotations.json to PLAN_FILE, then delete it."""
@@ -208,10 +226,10 @@ def lc_annotate(obj: Ctx, module, plan_file, as_json) -> None:
 
 @lifecycle.command("status")
 @click.argument("module")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def lc_status(obj: Ctx, module, as_json) -> None:
-    """Status, phase, dependencies, and the commands the matrix allows now."""
+    """TASK/MODULE's status, phase, dependencies, and the commands the matrix allows now."""
     from loopwright.modes.task.ops.status import status
 
     st = status(obj.project_dir, module)
@@ -245,10 +263,11 @@ def lc_status(obj: Ctx, module, as_json) -> None:
     type=click.Choice(["timeout", "max_iterations", "user_stop", "stall_limit"]),
     default="user_stop",
     show_default=True,
+    help="The reason recorded in .auto-stop (the auto loop ends STOPPED with it).",
 )
 @click.pass_obj
 def lc_stop(obj: Ctx, module, reason) -> None:
-    """Ask a running auto loop to stop between steps (writes .auto-stop)."""
+    """Ask TASK/MODULE's running auto loop to stop between steps (writes .auto-stop)."""
     from loopwright.modes.task import signals
     from loopwright.modes.task.ops.taskmodule import locate
 
@@ -260,7 +279,12 @@ def lc_stop(obj: Ctx, module, reason) -> None:
 
 @click.command()
 @click.argument("module")
-@click.option("--step", required=True, type=click.Choice(["plan", "check", "exec", "merge", "report"]))
+@click.option(
+    "--step",
+    required=True,
+    type=click.Choice(["plan", "check", "exec", "merge", "report"]),
+    help="The step just done.",
+)
 @click.option(
     "--result",
     required=True,
@@ -268,9 +292,18 @@ def lc_stop(obj: Ctx, module, reason) -> None:
     " (done), (mid-exec), (step-N), (blocked), success, conflict",
 )
 @click.option(
-    "--next", "nxt", required=True, type=click.Choice(["plan", "check", "exec", "merge", "report", "(stop)"])
+    "--next",
+    "nxt",
+    required=True,
+    type=click.Choice(["plan", "check", "exec", "merge", "report", "(stop)"]),
+    help="The step the auto loop takes next, or (stop).",
 )
-@click.option("--checkpoint", default="", type=click.Choice(["", "post-plan", "mid-exec", "post-exec"]))
+@click.option(
+    "--checkpoint",
+    default="",
+    type=click.Choice(["", "post-plan", "mid-exec", "post-exec"]),
+    help="The check's checkpoint, for a check step.",
+)
 @click.option("--iteration", type=int, help="The auto loop's iteration (given in its prompt).")
 @click.option("--timestamp", help="ISO 8601 (default: now).")
 @click.pass_obj

@@ -1,0 +1,88 @@
+"""`fleet ls` and `fleet workers` as tables: the columns of each (a header and a function of
+the row), the ceilings a loop's spend and iterations are shown against, and why a queued loop
+waits."""
+
+from __future__ import annotations
+
+from loopwright.cli.table import Column, lines
+
+
+def loop_columns(waiting: dict) -> list:
+    """`fleet ls`'s columns (a column is a header and a function of the row)."""
+    from loopwright.serve.fleetwatch import first_line, goal_of
+
+    return [
+        Column("NAME", lambda r: r["name"]),
+        Column("STATUS", lambda r: r["status"]),
+        Column("ITER", lambda r: f"{r['iteration']}/{_ceiling(r, 'max_iterations')}", right=True),
+        Column("SPEND", _spend, right=True),
+        Column("HOST", lambda r: (r["host"] or "-") if r["status"] != "queued" else "-"),  # ended: its last
+        Column("OUTCOME", lambda r: r["outcome"] or waiting.get(r["id"]) or "-", width=60),
+        Column("GOAL", lambda r: first_line(goal_of(r)), width=60),
+        Column("REPO", lambda r: r["repo"], width=50),
+        Column("CAUSE", cause, width=160),
+    ]
+
+
+def cause(row: dict) -> str:
+    """Why a loop waits in the queue or did not end well (a preparation that failed, a row set
+    aside, the client's last error), or '-'."""
+    from loopwright.core.attention import failed
+
+    ended_badly = row["status"] == "ended" and failed(row.get("outcome"))
+    said = row.get("reason") if row["status"] == "queued" or ended_badly else None
+    return str(said) if said else "-"
+
+
+def _ceiling(row: dict, key: str):
+    """The loop's own ceiling, else the default a loop gets."""
+    from loopwright.state import loops
+
+    limits = (row.get("spec") or {}).get("limits") if isinstance(row.get("spec"), dict) else None
+    value = limits.get(key) if isinstance(limits, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return {"max_iterations": loops.DEFAULT_MAX_ITERATIONS, "max_dollars": loops.DEFAULT_MAX_DOLLARS}[key]
+
+
+def _spend(row: dict) -> str:
+    spent, ceiling = float(row["dollars"] or 0), float(_ceiling(row, "max_dollars"))
+    return f"${spent:,.2f}/" + (f"${ceiling:,.2f}" if ceiling > 0 else "no limit")
+
+
+def loop_lines(reg, status: str | None) -> list[str]:
+    """`fleet ls` as lines: the table, or one line saying the list is empty."""
+    rows = reg.fleet_loops(status)
+    if not rows:
+        what = f"no {status} fleet loops" if status else "no fleet loops"
+        return [f"{what} in {reg.shown}: nothing queued (`loopwright submit` queues one)"]
+    return lines(loop_columns(_waiting(reg, rows)), rows)
+
+
+def _waiting(reg, rows: list[dict]) -> dict:
+    """Why each queued loop waits, by id, when no live worker would take it (its repository,
+    verify or account), read from what the workers publish."""
+    queued = [r for r in rows if r["status"] == "queued"]
+    if not queued:
+        return {}
+    from loopwright.fleet.consent import Takers
+
+    takers, why = Takers(reg.workers()), {}
+    for r in queued:
+        unserved = takers.unserved(r["repo"], r["spec"], r["account"])
+        if unserved:
+            why[r["id"]] = f"waiting: {unserved.short}"
+    return why
+
+
+def worker_columns(names: dict) -> list:
+    """`fleet workers`' columns; ``names`` gives a loop's name by its id."""
+    return [
+        Column("WORKER", lambda r: r["worker"]),
+        Column("STATE", lambda r: r["state"]),
+        Column("HOST", lambda r: r["host"]),
+        Column("SLOTS", lambda r: f"{r['used']}/{r['slots']}", right=True),
+        Column("BEAT", lambda r: f"{float(r['age'] or 0):.0f}s ago", right=True),
+        Column("ACCOUNT", lambda r: r["account"] or "any"),
+        Column("LOOPS", lambda r: " ".join(names.get(i, str(i)[:8]) for i in r["loops"]) or "-", width=80),
+    ]
