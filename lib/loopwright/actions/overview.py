@@ -80,6 +80,17 @@ def _ending_fields(paths: loops.LoopPaths, budget: dict, cfg: dict) -> dict:
     }
 
 
+def _last_error(paths: loops.LoopPaths) -> str | None:
+    """What the headless client last gave up on (runner/causes.py), until a tick rewrote
+    progress.json: an API error, or its last stderr lines."""
+    try:
+        progress = loops.read_state(paths, "progress", move_corrupt=False) or {}
+    except (store.CorruptFile, UnsafePath, OSError):
+        return None
+    error = progress.get("last_error")
+    return error if isinstance(error, str) and error else None
+
+
 def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
     """One loop for `status`. Read-only: a damaged or untrusted loop is described, never changed."""
     try:
@@ -137,6 +148,7 @@ def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
         "tasks_source": cfg.get("tasks_source"),
         **_mode_fields(cfg, budget),
         **_ending_fields(paths, budget, cfg),
+        "last_error": _last_error(paths),
         "trusted": True,
         "problem": problem,
     }
