@@ -36,14 +36,16 @@ def test_status_shows_the_database_its_version_and_each_step(registry_url, tmp_p
         ["2", "fleet", "applied"],
         ["3", "limits", "applied"],
         ["4", "items", "applied"],
+        ["7", "causes", "applied"],
     ]
     data = json.loads(db_status(tmp_path, "--json", LOOPWRIGHT_DATABASE_URL=registry_url).stdout)
-    assert (data["where"], data["version"], data["latest"]) == (registry_url, 4, 4)
+    assert (data["where"], data["version"], data["latest"]) == (registry_url, 7, 7)
     assert [(s["version"], s["name"]) for s in data["steps"]] == [
         (1, "runs"),
         (2, "fleet"),
         (3, "limits"),
         (4, "items"),
+        (7, "causes"),
     ]
 
 

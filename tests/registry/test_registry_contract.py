@@ -17,12 +17,13 @@ from waiting import wait_for
 def test_a_new_registry_has_every_step_and_reopening_applies_none(reg, registry_url):
     status = reg.schema_status()
     kind = "postgres" if registry_url.startswith("postgresql://") else "sqlite"
-    assert (status["database"], status["version"], status["latest"]) == (kind, 4, migrate.latest())
+    assert (status["database"], status["version"], status["latest"]) == (kind, 7, migrate.latest())
     assert [(s["version"], s["name"]) for s in status["steps"]] == [
         (1, "runs"),
         (2, "fleet"),
         (3, "limits"),
         (4, "items"),
+        (7, "causes"),
     ]
     assert all(s["applied_at"] > 0 for s in status["steps"])
     assert migrate.apply(reg.backend) == []
@@ -162,7 +163,7 @@ def test_two_processes_migrating_one_fresh_database_at_once_migrate_it_once(pg_u
     results = sorted((out.get(timeout=120) for _ in procs), key=len)
     for p in procs:
         p.join(timeout=120)
-    assert results == [[], [1, 2, 3, 4]]
+    assert results == [[], [1, 2, 3, 4, 7]]
     with psycopg.connect(pg_url) as conn:
         versions = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
-    assert versions == [(1,), (2,), (3,), (4,)]
+    assert versions == [(1,), (2,), (3,), (4,), (7,)]

@@ -64,7 +64,8 @@ def _untrusted(paths: loops.LoopPaths, exc: loops.UntrustedLoop) -> dict:
 
 def _ending_fields(paths: loops.LoopPaths, budget: dict, cfg: dict) -> dict:
     """The report, the wrap-up setting, the wrap-up turn under way or done, and its handoff;
-    the completion judge's setting and record (core/judge.py; None for a loop without one)."""
+    the completion judge's setting and record (core/judge.py; None for a loop without one);
+    the headless client's last error."""
     from loopwright.core import judge, wrapup
     from loopwright.state import handoff
 
@@ -77,6 +78,7 @@ def _ending_fields(paths: loops.LoopPaths, budget: dict, cfg: dict) -> dict:
         "wrap_up_turn": record if isinstance(record, dict) else None,
         "handoff": str(paths.handoff) if handoff.present(paths) else None,
         "judge": judge.summary(cfg, budget),
+        "last_error": _last_error(paths),
     }
 
 
@@ -148,7 +150,6 @@ def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:
         "tasks_source": cfg.get("tasks_source"),
         **_mode_fields(cfg, budget),
         **_ending_fields(paths, budget, cfg),
-        "last_error": _last_error(paths),
         "trusted": True,
         "problem": problem,
     }

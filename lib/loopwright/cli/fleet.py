@@ -9,7 +9,6 @@ a fleet of one machine.
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -205,7 +204,8 @@ def worker(
         fail(f"--allow-repo: {exc}")
     if not 0 < heartbeat < lease:
         fail("--heartbeat must be shorter than --lease (a claim must be renewed before it runs out)")
-    options = [*(["--claude", claude_bin] if claude_bin else []), *(f"--claude-arg={a}" for a in claude_args)]
+    claude = _claude(claude_bin)
+    options = ["--claude", claude, *(f"--claude-arg={a}" for a in claude_args)]
     where = Path(data) if data else _default_data()
     opts = Options(
         slots, list(allow), where, name=name, host=host, account=account, lease=lease, heartbeat=heartbeat,
@@ -217,6 +217,17 @@ def worker(
     finally:
         reg.close()
     sys.exit(code)
+
+
+def _claude(program: str | None) -> str:
+    """--claude as the absolute path every loop's runner is given; one line and exit code 2,
+    before the worker starts, when it is not there (else every claim would fail the same way)."""
+    from loopwright.runner.client import find_program, missing_program
+
+    found = find_program(program or "claude")
+    if found is None:
+        fail(missing_program(program or "claude"), code=2)
+    return found
 
 
 def _default_data() -> Path:
@@ -252,8 +263,25 @@ def ls(url, status, as_json) -> None:
         echo(
             f"{r['name']:<14} {r['status']:<12} it {r['iteration']:<4} ${float(r['dollars'] or 0):.2f} "
             f"{one_line(r['outcome'] or '')}{where}  {one_line(first_line(goal_of(r)))[:60]}  "
-            f"({one_line(r['repo'])[:50]})"
+            f"({one_line(r['repo'])[:50]}){_why(r)}"
         )
+
+
+def _why(r: dict) -> str:
+    """Why a loop failed, waits in the queue again, or had trouble, shortened: an ended loop
+    that did not finish its work says the reason it ended, then its last client or worker
+    error (when the reason does not hold it); a queued one why it was handed back."""
+    from loopwright.core.recovery import FINISHED
+    from loopwright.core.termsafe import one_line
+
+    reason = r.get("reason") if isinstance(r.get("reason"), str) else ""
+    error = r.get("last_error") if isinstance(r.get("last_error"), str) else ""
+    if r["status"] == "ended" and r.get("outcome") in FINISHED:
+        return ""
+    shown = [reason] if reason and r["status"] in ("ended", "queued") else []
+    if error and error not in reason:
+        shown.append(f"last error: {error}")
+    return f"  — {one_line('; '.join(shown))[:160]}" if shown else ""
 
 
 @fleet.command("workers")
@@ -328,8 +356,10 @@ def answer(loop, answer, url) -> None:
 @db_option
 @click.option("--json", "as_json", is_flag=True)
 def events(loop, url, as_json) -> None:
-    """A fleet loop's timeline: each iteration as its worker recorded it."""
-    from loopwright.core.termsafe import one_line
+    """A fleet loop's timeline, oldest first: claims (and failovers), iterations, errors of its
+    client or worker, releases, requests, gate answers and its end, each with its time (UTC),
+    host and claim (g<generation>) and why."""
+    from loopwright.core.eventlines import lines
 
     reg = registry(url)
     try:
@@ -341,9 +371,8 @@ def events(loop, url, as_json) -> None:
         fail(f"no fleet loop {loop!r}")
     if as_json:
         return echo_json(found)
-    for e in found:
-        when = time.strftime("%H:%M:%S", time.gmtime(e["at"]))
-        echo(f"{when} g{e['generation']} {e['kind']}: {one_line(e['data'])[:200]}")
+    for text in lines(found):
+        echo(text)
 
 
 fleet.add_command(fleet_limits.limits)

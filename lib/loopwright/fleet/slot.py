@@ -29,7 +29,7 @@ from loopwright.actions import carry
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.core.outcomes import gate_stop, stopped
-from loopwright.fleet import handoff, limits, spec
+from loopwright.fleet import causes, handoff, limits, spec
 from loopwright.fleet.items import Share
 from loopwright.fleet.workspace import PushRejected, Workspace
 from loopwright.registry import LeaseLost, RegistryError
@@ -70,6 +70,7 @@ class Slot:
         self.told_stop = False  # a boundary said the budget is spent (not only that it would be)
         self.quota: dict | None = None  # the runner's quota_wait event, not acted on yet
         self.paused: dict | None = None  # the account's pause in force: hand the loop back
+        self.causes = causes.Causes(self)  # its client's and this worker's errors, into the row
         self.thread = threading.Thread(target=self._run, name=f"slot-{self.name}", daemon=True)
 
     def start(self) -> None:
@@ -89,7 +90,7 @@ class Slot:
             self._hand_back(str(exc))
         except Exception as exc:  # a worker goes on with its other loops whatever one of them does
             self.w.log("error", loop=self.name, error=f"{type(exc).__name__}: {exc}")
-            self._hand_back(f"the worker failed: {type(exc).__name__}: {exc}"[:500])
+            self._hand_back(self.causes.worker_failed(exc))
         finally:
             self._kill()
             if self.share is not None:
@@ -146,7 +147,7 @@ class Slot:
             start_new_session=True,  # its own group: the slot can stop the runner and its client together
         )
         log.close()
-        threading.Thread(target=self._read_events, name=f"events-{self.name}", daemon=True).start()
+        self.causes.start_reader(self._read_events, f"events-{self.name}")
 
     def _read_events(self) -> None:
         for line in self.proc.stdout:
@@ -163,6 +164,7 @@ class Slot:
             if event.get("event") == "quota_wait":  # the slot pauses the account (_watch)
                 self.quota = event
                 self.wake.set()
+            self.causes.see(event)
 
     def _watch(self) -> None:
         """Until the runner exits: push each iteration as it ends, act on stop and cancel."""
@@ -175,6 +177,7 @@ class Slot:
                 return self._let_go("its worker was stopped: the loop goes on elsewhere")
             if self.quota is not None:
                 self._report_quota()
+            self.causes.report()
             if self.paused is not None:
                 self._kill()  # nothing more on a paused account: the iteration under way is redone
                 if self._iterations() > pushed:
@@ -197,6 +200,7 @@ class Slot:
         """The runner exited: the loop ended, waits at a gate, or is handed back."""
         if self.proc is None or self.lost.is_set() or self.row.get("_released") or self.row.get("_ended"):
             return
+        self.causes.report(wait=True)
         self._sync(self._iterations(), final=True)
         cfg = self._local_config()
         ended = bool(cfg) and cfg.get("status") == loops.ENDED
@@ -211,7 +215,7 @@ class Slot:
         if waiting:
             self._write(self.w.registry.progress, status="waiting_gate", gate=waiting)
             return self._hand_back(f"waiting at gate {waiting.get('name')}")
-        self._hand_back(f"the runner exited (code {self.proc.returncode}) with the loop still active")
+        self._hand_back(self.causes.runner_exited(self.proc.returncode))
 
     # --- the loop in the clone ----------------------------------------------------------------
 
@@ -291,7 +295,9 @@ class Slot:
             last_decision=str((budget.get("router") or {}).get("last_reason") or "")[:2000],
         )
         for line in self._history():  # each with the commit that holds its work, for a handoff
-            self._write(self.w.registry.add_event, "iteration", dict(line, commit=head[:12]))
+            self._write(
+                self.w.registry.add_event, "iteration", dict(line, commit=head[:12], **self.causes.where)
+            )
         self._heed(spend, limits.mean_cost(dollars, iteration), final)
         self.w.log("pushed" if moved else "recorded", loop=self.name, iteration=iteration, head=head[:12])
 

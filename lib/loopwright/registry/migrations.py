@@ -140,6 +140,11 @@ CREATE TABLE IF NOT EXISTS fleet_items (
 CREATE INDEX IF NOT EXISTS fleet_items_loop ON fleet_items (loop_id)
 """
 
+# Why a fleet loop failed (issue 27 part 2): the last error its client or its worker gave up on
+# (an API error, a runner that could not start), scrubbed and bounded by the worker. Numbered 7:
+# steps 5 and 6 are other branches' (claims, worker_policy) at the time of writing.
+CAUSES = "ALTER TABLE fleet_loops ADD COLUMN last_error TEXT"
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
@@ -147,6 +152,7 @@ STEPS = [
     (2, "fleet", {d: FLEET.replace("{serial}", s) for d, s in SERIAL.items()}, None),
     (3, "limits", LIMITS, None),
     (4, "items", ITEMS, None),
+    (7, "causes", CAUSES, None),
 ]
 
 
