@@ -57,3 +57,15 @@ def test_a_cause_is_bounded_and_on_one_line():
     out = ce.scrub("x" * 2000 + "\n\x1b[31m")
     assert len(out) == ce.LIMIT and out.endswith("…") and "\n" not in out
     assert ce.scrub("a\nb\x1b[2J") == "a\\nb\\e[2J"
+
+
+def test_a_notification_line_names_the_client_error_once():
+    from loopwright.runner.notify import summary
+
+    error = "API error 401 authentication_failed: Invalid API key"
+    ended = {"event": "loop_ended", "loop": "x", "outcome": "STOPPED:stall_limit", "last_error": error}
+    assert summary(dict(ended, reason=f"the client exited (code 1): {error}; already recovered 3 times")) == (
+        f"loopwright: loop x ended STOPPED:stall_limit: the client exited (code 1): {error}; already "
+        "recovered 3 times"
+    )
+    assert summary(dict(ended, reason="interrupted")).endswith(f": interrupted (last client error: {error})")

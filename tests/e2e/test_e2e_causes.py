@@ -107,3 +107,23 @@ def test_a_clone_that_fails_is_in_the_loops_row_and_timeline(pg_url, tmp_path):
     failed = next(line for line in said.splitlines() if "worker error" in line)
     assert failed.split()[2] == "host-a" and "git clone failed" in failed
     assert "released by" in said and server.conversation_requests == []
+
+
+def test_a_runner_that_cannot_start_says_why_in_the_timeline_not_only_its_log(pg_url, tmp_path):
+    # The worker's own --claude is fine; the one its runners end up with is not (the last wins).
+    remote = make_remote(tmp_path)
+    queued = lw("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", "nostart", "a goal")
+    assert queued.returncode == 0, queued.stderr
+    missing = "Claude Code's CLI (/nonexistent/claude) was not found"
+    with fakeapi.ScriptedServer([]) as server:
+        worker = start_worker(pg_url, remote, tmp_path / "w1", server, tmp_path / "home", "--host", "host-a",
+                              "--runner-arg=--claude", "--runner-arg=/nonexistent/claude")  # fmt: skip
+        try:
+            said = wait_for(lambda: missing in (s := fleet_events(pg_url, "nostart")) and s,
+                            "the runner's error", within=120, every=0.5, proc=worker)  # fmt: skip
+        finally:
+            stop_worker(worker)
+    failed = next(line for line in said.splitlines() if missing in line)
+    assert failed.split()[2] == "host-a" and "the runner exited (code 1)" in failed, said
+    listed = lw("fleet", "ls", "--db", pg_url)
+    assert missing in listed.stdout and server.conversation_requests == [], listed.stdout

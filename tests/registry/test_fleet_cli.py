@@ -161,8 +161,8 @@ def test_fleet_events_are_readable_lines_with_the_host_of_each(registry_url, tmp
     try:
         loop = reg.submit(kind="prompt", spec={"goal": "g"}, repo="https://example.com/a.git", name="tl")
         reg.claim("w1", "host-a", lease=0.2)
-        line = {"iteration": 1, "outcome": "continued", "tokens_in_this_iter": 2400,
-                "tokens_out_this_iter": 600, "dollars_this_iter": 0.0167, "gates": [], "commit": "abc123"}  # fmt: skip
+        line = {"iteration": 1, "outcome": "continued", "tokens_in_this_iter": 2400, "gates": [],
+                "tokens_out_this_iter": 600, "dollars_this_iter": 0.0167, "commit": "abc123"}  # fmt: skip
         reg.add_event(loop["id"], 1, "iteration", line)
         taken = wait_for(lambda: reg.claim("w2", "host-b", lease=30), "the failover", within=60)
         assert taken["generation"] == 2

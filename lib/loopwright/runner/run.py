@@ -294,7 +294,8 @@ class Run:
 
     def _relay(self, client: Client) -> None:
         for event in client.events():
-            self.error_kind = clienterror.api_error_kind(event) or self.error_kind
+            if event.get("type") == "assistant":  # the turn's last message says what it failed on
+                self.error_kind = clienterror.api_error_kind(event)
             if event.get("type") == "result":
                 self.last_result = event
                 self.report("turn_end", turns=event.get("num_turns"), cost=event.get("total_cost_usd"))
