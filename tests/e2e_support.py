@@ -105,9 +105,16 @@ def loopwright(
 
 
 def run_headless(
-    project: Path, home: Path, server, *args: str, env: dict | None = None, timeout: float = 180
+    project: Path,
+    home: Path,
+    server,
+    *args: str,
+    env: dict | None = None,
+    timeout: float = 180,
+    as_json: bool = True,
 ):
-    """`loopwright run --json ARGS…` against the scripted server: the finished process and its events."""
+    """`loopwright run --json ARGS…` against the scripted server: the finished process and its
+    events (none without ``as_json``: then its output is the lines a person reads)."""
     extra = {"LOOPWRIGHT_PYTHON": sys.executable, "XDG_CONFIG_HOME": KEY_HOME, **(env or {})}
     cmd = [
         str(REPO / "bin" / "loopwright"),
@@ -123,7 +130,7 @@ def run_headless(
         # client starved of CPU on a busy machine must not look stalled after 1.5 s.
         "--stall-polls",
         "1000",
-        "--json",
+        *(["--json"] if as_json else []),
         *args,
     ]
     out = subprocess.run(

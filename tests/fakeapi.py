@@ -25,7 +25,8 @@ A script is a list whose items are consumed in order, one per *conversation*
 request.  An item is one of:
 
 * a :class:`Reply` built with :func:`text`, :func:`bash`, :func:`tool` or
-  :func:`error`;
+  :func:`error` (an HTTP error; :func:`prompt_too_long` (400), :func:`unauthorized` (401)
+  and :func:`overloaded` (529) are the usual ones);
 * a plain ``str`` (shorthand for ``text(s)``);
 * a callable ``f(request) -> Reply | str`` that receives the
   :class:`Request` being answered (``request.body`` is the parsed JSON,
@@ -100,8 +101,11 @@ __all__ = [
     "bash",
     "error",
     "last_user_text",
+    "overloaded",
+    "prompt_too_long",
     "text",
     "tool",
+    "unauthorized",
 ]
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -206,6 +210,22 @@ def bash(
 def error(status: int = 529, error_type: str = "overloaded_error", message: str = "Overloaded") -> Reply:
     """An HTTP error answer (note: the CLI retries 429/5xx with back-off)."""
     return Reply(status=status, error_type=error_type, error_message=message)
+
+
+def prompt_too_long(tokens: int = 215_000, limit: int = 200_000) -> Reply:
+    """HTTP 400 ``invalid_request_error`` "prompt is too long", as the API answers a request
+    over the model's context window (the CLI does not retry it)."""
+    return error(400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {limit} maximum")
+
+
+def overloaded() -> Reply:
+    """HTTP 529 ``overloaded_error`` (the CLI retries it unless CLAUDE_CODE_MAX_RETRIES=0)."""
+    return error(529, "overloaded_error", "Overloaded")
+
+
+def unauthorized() -> Reply:
+    """HTTP 401 ``authentication_error``: a key the API does not take."""
+    return error(401, "authentication_error", "invalid x-api-key")
 
 
 def hang(seconds: float, then: Reply | None = None, release: threading.Event | None = None) -> Reply:

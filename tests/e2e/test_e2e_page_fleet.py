@@ -159,7 +159,7 @@ def _live_iteration_and_timeline(page, reg, busy) -> None:
     reg.progress(*busy, iteration=3)
     expect(row.locator("td.iteration")).to_have_text("3", timeout=30_000)
     row.locator("button.timeline").click()
-    rows = page.locator("#ftl-rows li")
+    rows = page.locator("#ftl-rows li[data-iteration]")  # the iterations (the claim's event is first)
     expect(rows).to_have_count(1, timeout=30_000)
     expect(rows.first).to_have_attribute("data-iteration", "3")
     expect(rows.first).to_contain_text("$0.2500")

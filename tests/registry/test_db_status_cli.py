@@ -40,9 +40,10 @@ def test_status_shows_the_database_its_version_and_each_step(registry_url, tmp_p
         ["6", "claims", "applied"],
         ["7", "reservations", "applied"],
         ["8", "worker_stopped", "applied"],
+        ["9", "causes", "applied"],
     ]
     data = json.loads(db_status(tmp_path, "--json", LOOPWRIGHT_DATABASE_URL=registry_url).stdout)
-    assert (data["where"], data["version"], data["latest"]) == (registry_url, 8, 8)
+    assert (data["where"], data["version"], data["latest"]) == (registry_url, 9, 9)
     assert [(s["version"], s["name"]) for s in data["steps"]] == [
         (1, "runs"),
         (2, "fleet"),
@@ -52,6 +53,7 @@ def test_status_shows_the_database_its_version_and_each_step(registry_url, tmp_p
         (6, "claims"),
         (7, "reservations"),
         (8, "worker_stopped"),
+        (9, "causes"),
     ]
 
 

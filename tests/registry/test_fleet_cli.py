@@ -6,7 +6,9 @@ queued with a warning that says why."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +16,7 @@ import hostileurls
 from conftest import REPO, lw_env, one_line_error, refused
 from loopwright.registry import open_registry
 from pgcluster import free_port
+from waiting import wait_for
 
 NASTY = "\x1b[31mfix it'; DROP TABLE fleet_loops; -- $(touch /tmp/lw-pwned) `id` && echo %s {now}"
 
@@ -123,7 +126,17 @@ def test_a_database_that_is_down_is_one_line_for_every_command(tmp_path):
     down = f"postgresql://lw:s3cret@127.0.0.1:{free_port()}/fleet"
     for args in (
         ["submit", "--db", down, "--repo", "https://example.com/a.git", "goal"],
-        ["worker", "--db", down, "--allow-repo", "https://example.com/*", "--data", str(tmp_path / "w")],
+        [
+            "worker",
+            "--db",
+            down,
+            "--allow-repo",
+            "https://example.com/*",
+            "--data",
+            str(tmp_path / "w"),
+            "--claude",
+            sys.executable,
+        ],
         ["fleet", "ls", "--db", down],
         ["fleet", "stop", "x", "--db", down],
         ["fleet", "limits", "--db", down],
@@ -236,3 +249,61 @@ def test_a_worker_that_said_it_stopped_is_not_asked(registry_url, tmp_path):
         reg.close()
     out = lw(tmp_path, "submit", "--db", registry_url, "--repo", "https://example.com/far/x.git", "goal")
     assert out.returncode == 0 and "warning: no live worker" in out.stderr  # not refused by one gone
+
+
+def test_a_worker_whose_claude_is_missing_exits_at_once_with_one_line(registry_url, tmp_path):
+    """Not one claim made to fail: the worker checks --claude before it starts (exit code 2)."""
+    base = (
+        "worker",
+        "--db",
+        registry_url,
+        "--allow-repo",
+        "https://example.com/*",
+        "--data",
+        str(tmp_path / "w"),
+    )
+    for claude, env in (("/nonexistent/claude", {}), (str(tmp_path), {}), (None, {"PATH": str(tmp_path)})):
+        out = lw(tmp_path, *base, *(["--claude", claude] if claude else []), **env)
+        assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr, out.stderr
+        (line,) = out.stderr.splitlines()
+        assert line.startswith("loopwright: error: Claude Code's CLI (") and "--claude PATH" in line
+    assert queued(registry_url) == [] and not (tmp_path / "w").exists()
+
+
+def test_fleet_events_are_readable_lines_with_the_host_of_each(registry_url, tmp_path):
+    cause = "API error 400 invalid_request: Prompt is too long"
+    reg = open_registry(registry_url)
+    try:
+        loop = reg.submit(kind="prompt", spec={"goal": "g"}, repo="https://example.com/a.git", name="tl")
+        reg.claim("w1", "host-a", lease=0.2)
+        line = {"iteration": 1, "outcome": "continued", "tokens_in_this_iter": 2400, "gates": [],
+                "tokens_out_this_iter": 600, "dollars_this_iter": 0.0167, "commit": "abc123"}  # fmt: skip
+        reg.add_event(loop["id"], 1, "iteration", line)
+        taken = wait_for(lambda: reg.claim("w2", "host-b", lease=30), "the failover", within=60)
+        assert taken["generation"] == 2
+        reg.record_error(loop["id"], 2, cause, "client_error", host="host-b", code=1)
+        reg.release(loop["id"], 2, "the worker drains")
+        reg.request("tl", "stop")
+    finally:
+        reg.close()
+    out = lw(tmp_path, "fleet", "events", "tl", "--db", registry_url)
+    assert out.returncode == 0, out.stderr
+    said = out.stdout.splitlines()
+    assert "{'" not in out.stdout and '{"' not in out.stdout
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  host-[ab] ", s) for s in said[:-1]), said
+    words = [s.split(None, 4)[4] for s in said]
+    assert words == [
+        "claimed by w1",
+        "iteration 1: continued · 3,000 tokens · $0.0167 · commit abc123",
+        "failover: claimed by w2 after the lease of w1 on host-a ran out (failover 1)",
+        f"client error (exit code 1): {cause}",
+        "released by w2: the worker drains",
+        "stop requested: ended at once (stopped from the fleet while no worker ran it)",
+    ], said
+    assert [s.split()[2] for s in said] == ["host-a", "host-a", "host-b", "host-b", "host-b", "host-b"]
+    shown = lw(tmp_path, "fleet", "ls", "--db", registry_url)
+    assert shown.returncode == 0 and f"last error: {cause}" in shown.stdout, shown.stdout
+    assert (
+        "STOPPED:user_stop" in shown.stdout
+        and "stopped from the fleet while no worker ran it" in shown.stdout
+    )

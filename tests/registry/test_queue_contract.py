@@ -89,9 +89,21 @@ def test_a_live_lease_keeps_a_loop_and_an_expired_one_fails_it_over(reg):
             write()
     row = reg.fleet_loop(loop["id"])
     assert (row["status"], row["iteration"], row["dollars"], row["worker"]) == ("running", 0, 0.0, "w2")
-    assert reg.events(loop["id"]) == []
+    # The claims are in the timeline (the fenced-off writes are not), the failover naming the
+    # worker whose lease ran out.
+    seen = [(e["kind"], e["generation"], e["data"]) for e in reg.events(loop["id"])]
+    assert seen == [
+        ("claimed", 1, {"worker": "w1", "host": "a", "failovers": 0}),
+        ("failover", 2, {"worker": "w2", "host": "b", "failovers": 1, "from_worker": "w1", "from_host": "a"}),
+    ]
     reg.progress(loop["id"], 2, iteration=3)
     reg.finish(loop["id"], 2, "LOOP_DONE", "the goal is met")
+    last = reg.events(loop["id"])[-1]
+    assert (last["kind"], last["generation"], last["data"]) == (
+        "ended",
+        2,
+        {"outcome": "LOOP_DONE", "reason": "the goal is met", "worker": "w2", "host": "b"},
+    )
     row = reg.fleet_loop(loop["id"])
     assert (row["status"], row["outcome"], row["reason"], row["worker"]) == (
         "ended",
@@ -124,6 +136,9 @@ def test_the_fourth_failover_ends_the_loop_and_the_next_one_is_claimed(reg):
         3,
     )
     assert "3" in row["reason"]
+    kinds = [e["kind"] for e in reg.events(loop["id"])]
+    assert kinds == ["claimed", "failover", "failover", "failover", "ended"]
+    assert reg.events(loop["id"])[-1]["data"]["outcome"] == "STOPPED:failover_limit"
     with pytest.raises(LeaseLost):
         reg.heartbeat(loop["id"], 4)  # its last holder, back: fenced off by the ending
     assert reg.claim("w10", "z") is None
@@ -146,6 +161,12 @@ def test_a_released_loop_is_queued_again_and_its_next_claim_is_no_failover(reg):
     assert (again["minutes"], again["dollars"]) == (1.5, 0.25)
     with pytest.raises(LeaseLost):
         reg.progress(loop["id"], 1, iteration=3)
+    seen = [(e["kind"], e["data"]) for e in reg.events(loop["id"])]
+    assert seen == [
+        ("claimed", {"worker": "w1", "host": "a", "failovers": 0}),
+        ("released", {"reason": "the worker drains", "worker": "w1", "host": "a"}),
+        ("claimed", {"worker": "w2", "host": "b", "failovers": 0}),
+    ]
 
 
 def test_progress_records_an_iteration_and_returns_the_control(reg):
@@ -180,6 +201,11 @@ def test_stop_and_cancel_end_an_idle_loop_now_and_reach_a_running_one_through_it
     with pytest.raises(ValueError):
         reg.request("r", "pause")
     assert reg.fleet_loop(queued["id"])["status"] == "ended"
+    # Each request is in the timeline: one that ended an idle loop says so; none once it ended.
+    (asked,) = reg.events(queued["id"])
+    assert asked["kind"] == "stop_requested" and "while no worker ran it" in asked["data"]["ended"]
+    kinds = [(e["kind"], e["data"].get("host")) for e in reg.events(running["id"])]
+    assert kinds == [("claimed", "a"), ("stop_requested", "a"), ("ended", "a")]
 
 
 def test_a_gate_answer_queues_the_loop_for_whichever_worker_claims_it_next(reg):
@@ -200,6 +226,8 @@ def test_a_gate_answer_queues_the_loop_for_whichever_worker_claims_it_next(reg):
     assert (again["id"], again["generation"], again["failovers"], again["iteration"]) == (loop["id"], 2, 0, 4)
     assert again["gate"]["answer"] == "continue"
     assert reg.answer_gate("gated", "stop", "bob") is None
+    answered = next(e for e in reg.events(loop["id"]) if e["kind"] == "gate" and "answer" in e["data"])
+    assert answered["data"] == {"gate": "budget-escalation", "answer": "continue", "by": "alice"}
 
 
 def test_a_release_while_a_gate_waits_keeps_it_waiting(reg):
@@ -268,15 +296,16 @@ def test_a_loop_timeline_is_appended_by_its_holder_and_read_in_order(reg):
     reg.claim("w1", "a")
     for n in range(4):
         reg.add_event(loop["id"], 1, "iteration", {"n": n, "note": GOAL})
-    reg.add_event(other["id"], 1, "claimed", {"host": "a"})
-    events = reg.events(loop["id"])
+    reg.add_event(other["id"], 1, "note", {"host": "a"})
+    claim, *events = reg.events(loop["id"])  # the claim's own event first
+    assert claim["kind"] == "claimed"
     assert [(e["kind"], e["data"]["n"], e["generation"]) for e in events] == [
         ("iteration", n, 1) for n in range(4)
     ]
     assert events[0]["data"]["note"] == GOAL and all(e["loop_id"] == loop["id"] for e in events)
     assert [e["data"]["n"] for e in reg.events(loop["id"], after=events[1]["id"])] == [2, 3]
-    assert [e["data"]["n"] for e in reg.events(loop["id"], limit=2)] == [0, 1]
-    assert [e["kind"] for e in reg.events(other["id"])] == ["claimed"]
+    assert [e["kind"] for e in reg.events(loop["id"], limit=2)] == ["claimed", "iteration"]
+    assert [e["kind"] for e in reg.events(other["id"])] == ["claimed", "note"]
 
 
 def test_workers_beat_into_one_row_each_and_can_be_forgotten(reg):

@@ -31,6 +31,7 @@ def test_a_new_registry_has_every_step_and_reopening_applies_none(reg, registry_
         (6, "claims"),
         (7, "reservations"),
         (8, "worker_stopped"),
+        (9, "causes"),
     ]
     assert all(s["applied_at"] > 0 for s in status["steps"])
     assert migrate.apply(reg.backend) == []

@@ -18,7 +18,7 @@ def test_a_timeline_write_made_twice_is_recorded_once(reg):
     reg.add_event(loop["id"], 1, "iteration", line)
     reg.add_event(loop["id"], 1, "iteration", line)  # a retry of a write whose answer was lost
     reg.add_event(loop["id"], 1, "iteration", dict(line, iteration=2))
-    assert [e["data"]["iteration"] for e in reg.events(loop["id"])] == [1, 2]
+    assert [e["data"]["iteration"] for e in reg.events(loop["id"]) if e["kind"] == "iteration"] == [1, 2]
 
 
 def _works(reg) -> bool:

@@ -222,8 +222,9 @@ def test_the_timeline_in_bounded_slices(monitor):
     row = held(reg, "long")
     for i in range(1, 6):
         reg.add_event(row["id"], row["generation"], "iteration", {"iteration": i, "outcome": "<i>x</i>"})
-    first = c.get("/api/fleet/long/events", params={"limit": 2}).json()
-    assert [e["data"]["iteration"] for e in first["events"]] == [1, 2] and first["more"]
+    first = c.get("/api/fleet/long/events", params={"limit": 3}).json()
+    assert [e["kind"] for e in first["events"]][0] == "claimed"  # the claim's own event
+    assert [e["data"]["iteration"] for e in first["events"][1:]] == [1, 2] and first["more"]
     rest = c.get("/api/fleet/long/events", params={"after": first["next"], "limit": 10}).json()
     assert [e["data"]["iteration"] for e in rest["events"]] == [3, 4, 5] and not rest["more"]
     assert rest["events"][0]["data"]["outcome"] == "<i>x</i>"  # stored and sent as text

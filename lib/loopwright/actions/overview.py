@@ -64,7 +64,8 @@ def _untrusted(paths: loops.LoopPaths, exc: loops.UntrustedLoop) -> dict:
 
 def _ending_fields(paths: loops.LoopPaths, budget: dict, cfg: dict) -> dict:
     """The report, the wrap-up setting, the wrap-up turn under way or done, and its handoff;
-    the completion judge's setting and record (core/judge.py; None for a loop without one)."""
+    the completion judge's setting and record (core/judge.py; None for a loop without one);
+    the headless client's last error."""
     from loopwright.core import judge, wrapup
     from loopwright.state import handoff
 
@@ -77,7 +78,19 @@ def _ending_fields(paths: loops.LoopPaths, budget: dict, cfg: dict) -> dict:
         "wrap_up_turn": record if isinstance(record, dict) else None,
         "handoff": str(paths.handoff) if handoff.present(paths) else None,
         "judge": judge.summary(cfg, budget),
+        "last_error": _last_error(paths),
     }
+
+
+def _last_error(paths: loops.LoopPaths) -> str | None:
+    """What the headless client last gave up on (runner/causes.py), until a tick rewrote
+    progress.json: an API error, or its last stderr lines."""
+    try:
+        progress = loops.read_state(paths, "progress", move_corrupt=False) or {}
+    except (store.CorruptFile, UnsafePath, OSError):
+        return None
+    error = progress.get("last_error")
+    return error if isinstance(error, str) and error else None
 
 
 def loop_summary(paths: loops.LoopPaths, cache: dict | None = None) -> dict:

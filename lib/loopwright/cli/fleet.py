@@ -238,7 +238,8 @@ def worker(
         fail(f"--allow-verify: {exc}")
     if not 0 < heartbeat < lease:
         fail("--heartbeat must be shorter than --lease (a claim must be renewed before it runs out)")
-    options = [*(["--claude", claude_bin] if claude_bin else []), *(f"--claude-arg={a}" for a in claude_args)]
+    claude = _claude(claude_bin)
+    options = ["--claude", claude, *(f"--claude-arg={a}" for a in claude_args)]
     where = Path(data) if data else _default_data()
     opts = Options(
         slots, list(allow), where, name=name, host=host, account=account, lease=lease, heartbeat=heartbeat,
@@ -253,6 +254,17 @@ def worker(
     finally:
         reg.close()
     sys.exit(code)
+
+
+def _claude(program: str | None) -> str:
+    """--claude as the absolute path every loop's runner is given; one line and exit code 2,
+    before the worker starts, when it is not there (else every claim would fail the same way)."""
+    from loopwright.runner.client import find_program, missing_program
+
+    found = find_program(program or "claude")
+    if found is None:
+        fail(missing_program(program or "claude"), code=2)
+    return found
 
 
 def _default_data() -> Path:
@@ -412,8 +424,9 @@ def answer(loop, answer, url) -> None:
     "--follow", is_flag=True, help="Go on printing events as they come until the loop ends (or Ctrl-C)."
 )
 def events(loop, url, as_json, follow) -> None:
-    """Fleet loop LOOP's timeline: each iteration as its worker recorded it, gates and their
-    answers."""
+    """Fleet loop LOOP's timeline, oldest first: claims (and failovers), iterations, errors of its
+    client or worker, releases, requests, gate answers and its end, each with its time (UTC),
+    host and claim (g<generation>) and why."""
     reg = registry(url)
     try:
         row = reg.fleet_loop(loop)
@@ -429,10 +442,10 @@ def events(loop, url, as_json, follow) -> None:
         fail(f"no fleet loop {loop!r}")
     if as_json:
         return echo_json(found)
-    from loopwright.cli.fleet_follow import event_line
+    from loopwright.core.eventlines import lines
 
-    for e in found:
-        echo(event_line(e))
+    for text in lines(found):
+        echo(text)
 
 
 fleet.add_command(fleet_limits.limits)

@@ -19,10 +19,13 @@ POLL = 1.0  # the longest a change waits to be seen without a notification
 CHANNELS = (PROGRESS_CHANNEL, QUEUE_CHANNEL, CONTROL_CHANNEL)
 
 
-def event_line(e: dict) -> str:
-    """One timeline event as `fleet events` prints it."""
-    when = time.strftime("%H:%M:%S", time.gmtime(e["at"]))
-    return f"{when} g{e['generation']} {e['kind']}: {one_line(e['data'])[:200]}"
+def event_line(e: dict, hosts: dict) -> str:
+    """One timeline event as `fleet events` prints it (core/eventlines.py); ``hosts`` gathers
+    each claim's host as the claims go by, for the events that name none."""
+    from loopwright.core import eventlines
+
+    hosts.update(eventlines.hosts_by_claim([e]))
+    return eventlines.line(e, hosts)
 
 
 def _waits(row: dict) -> bool:
@@ -57,6 +60,7 @@ class _Timeline:
     def __init__(self, reg, ids: list[str], as_json: bool) -> None:
         self.reg, self.as_json = reg, as_json
         self.after = dict.fromkeys(ids, 0)
+        self.hosts: dict = {}  # each claim's host, from its event (core/eventlines.py)
 
     def show(self, row: dict, several: bool) -> None:
         while True:
@@ -65,7 +69,7 @@ class _Timeline:
                 if self.as_json:
                     echo_json(dict(e, loop=row["name"]))
                 else:
-                    echo((f"{row['name']}: " if several else "") + event_line(e))
+                    echo((f"{row['name']}: " if several else "") + event_line(e, self.hosts))
                 self.after[row["id"]] = e["id"]
             if len(found) < 500:
                 return

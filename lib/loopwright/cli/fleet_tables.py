@@ -25,13 +25,19 @@ def loop_columns(waiting: dict) -> list:
 
 
 def cause(row: dict) -> str:
-    """Why a loop waits in the queue or did not end well (a preparation that failed, a row set
-    aside, the client's last error), or '-'."""
+    """Why a loop did not end well, or waits in the queue again (a preparation that failed, a
+    row set aside, a hand-back), then its last client or worker error when the reason does not
+    hold it; '-' for none."""
     from loopwright.core.attention import failed
 
-    ended_badly = row["status"] == "ended" and failed(row.get("outcome"))
-    said = row.get("reason") if row["status"] == "queued" or ended_badly else None
-    return str(said) if said else "-"
+    reason = row.get("reason") if isinstance(row.get("reason"), str) else ""
+    error = row.get("last_error") if isinstance(row.get("last_error"), str) else ""
+    if row["status"] == "ended" and not failed(row.get("outcome")):
+        return "-"
+    shown = [reason] if reason and row["status"] in ("ended", "queued") else []
+    if error and error not in reason:
+        shown.append(f"last error: {error}")
+    return "; ".join(shown) or "-"
 
 
 def _ceiling(row: dict, key: str):

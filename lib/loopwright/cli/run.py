@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import click
@@ -13,6 +12,7 @@ from loopwright.cli.base import Ctx, echo, echo_json, fail
 from loopwright.core.errors import UserError
 from loopwright.runner import notify as notifiers
 from loopwright.runner import run as runner
+from loopwright.runner.client import find_program, missing_program
 from loopwright.state import plugindir
 
 
@@ -156,13 +156,13 @@ def run(
     a loopwright command line of any mode (e.g. "/loopwright:task auto demo"), or a mode and
     its options (e.g. `loopwright run work --source github --max-prs 5`). The exit code tells
     the outcome (0 done, 2 budget, 3 stalled, 4 stopped, 5 waiting for you)."""
-    found = shutil.which(claude_bin)
+    found = find_program(claude_bin)
     if not found:
-        fail(f"Claude Code's CLI ({claude_bin}) was not found; install it or pass --claude PATH")
+        fail(missing_program(claude_bin))
     if poll_seconds <= 0 or stall_polls < 1 or quota_wait <= 0:
         fail("--poll-seconds and --quota-wait must be more than 0, --stall-polls at least 1")
     # The judge (state/judging.py), run from the client's Stop hook, uses this same CLI.
-    os.environ["LOOPWRIGHT_CLAUDE"] = os.path.abspath(found)
+    os.environ["LOOPWRIGHT_CLAUDE"] = found
     if plugin_dir is None and not runner.plugin_enabled_in_claude():
         plugin_dir = str(plugindir.root())
     if plugindir.packaged() and not os.environ.get("LOOPWRIGHT_PYTHON"):

@@ -110,6 +110,8 @@ def _print_summary(state: Path, s: dict) -> None:
     echo("  " + _spend_line(s))
     if s["last_reason"] and not s["paused"]:
         echo(f"  last decision: {s['last_reason']}")
+    if s.get("last_error") and s["last_error"] not in (s["last_reason"] or ""):
+        echo(f"  last client error: {s['last_error']}")
     for p in s["pauses"]:
         what = {
             "block-cap": "Claude Code's block cap ended the turn",

@@ -383,6 +383,9 @@ PROGRESS = Obj(
         "pending_gates": List(Str(64), 100),
         "owner_session": Str(256, null=True),
         "last_reason": TEXT,
+        # What the headless client last gave up on (runner/causes.py), until a tick rewrites the file.
+        "last_error": Str(1000, null=True),
+        "last_error_at": TIME,
     },
 )
 

@@ -78,3 +78,13 @@ def text(row: dict, events: list[dict], gate: dict | None) -> str:
         name, answer = quoted(gate.get("name") or "gate", 80), quoted(gate["answer"], 80)
         lines += ["", f"The loop waited at gate {name}; the user answered {answer} (quoted as recorded)."]
     return "\n".join(lines) + "\n"
+
+
+def write_carry(path, counters: dict, text: str) -> str:
+    """The runner's --carry file at ``path`` (a private directory of the worker's): the loop's
+    counters and its handoff; its path."""
+    from loopwright.state import store
+
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    store.write_json(path, {"counters": counters, "handoff": text})
+    return str(path)

@@ -27,7 +27,7 @@ from loopwright.actions import carry
 from loopwright.core import jsoncodec
 from loopwright.core.clock import now_iso
 from loopwright.core.outcomes import gate_stop, stopped
-from loopwright.fleet import handoff, limits, logline, reconcile, spec, unprepared
+from loopwright.fleet import causes, handoff, limits, logline, reconcile, spec, unprepared
 from loopwright.fleet.items import Share
 from loopwright.fleet.runnerproc import kill_tree
 from loopwright.fleet.workspace import PushRejected, Workspace, WorkspaceError
@@ -71,6 +71,7 @@ class Slot:
         self.quota: dict | None = None  # the runner's quota_wait event, not acted on yet
         self.paused: dict | None = None  # the account's pause in force: hand the loop back
         self.said = unprepared.Said()  # what the runner printed besides its events, and its log
+        self.causes = causes.Causes(self)  # its client's and this worker's errors, into the row
         self.thread = threading.Thread(target=self._run, name=f"slot-{self.name}", daemon=True)
 
     def start(self) -> None:
@@ -90,7 +91,7 @@ class Slot:
             self._hand_back(str(exc))
         except Exception as exc:  # a worker goes on with its other loops whatever one of them does
             self.w.log("error", loop=self.name, error=f"{type(exc).__name__}: {exc}")
-            self._hand_back(f"the worker failed: {type(exc).__name__}: {exc}"[:500])
+            self._hand_back(self.causes.worker_failed(exc))
         finally:
             self._kill()
             self.said.drop_empty_log()
@@ -140,11 +141,8 @@ class Slot:
         if not self.row.get("iteration") and not state.get("counters"):
             return None
         events = self._read(self.w.registry.events, self.id, 0, 200)
-        text = handoff.text(self.row, events, gate)
         path = self.w.data / "carry" / f"{self.id}-{self.gen}.json"
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        store.write_json(path, {"counters": state.get("counters") or {}, "handoff": text})
-        return str(path)
+        return handoff.write_carry(path, state.get("counters") or {}, handoff.text(self.row, events, gate))
 
     def _start_runner(self, args: list[str], carried: str | None) -> None:
         argv = [str(LOOPWRIGHT), "-C", str(self.ws.dir), "run", "--json", "--session", str(uuid.uuid4())]
@@ -163,6 +161,7 @@ class Slot:
         )
         log.close()
         self.said.read(self._read_events, f"events-{self.name}")
+        self.causes.reader = self.said.reader  # one reader; both wait for it at the end
 
     def _read_events(self) -> None:
         for line in self.proc.stdout:
@@ -180,6 +179,7 @@ class Slot:
             if event.get("event") == "quota_wait":  # the slot pauses the account (_watch)
                 self.quota = event
                 self.wake.set()
+            self.causes.see(event)
 
     def _watch(self) -> None:
         """Until the runner exits: push each iteration as it ends, act on stop and cancel."""
@@ -192,6 +192,7 @@ class Slot:
                 return self._let_go("its worker was stopped: the loop goes on elsewhere")
             if self.quota is not None:
                 self._report_quota()
+            self.causes.report()
             if self.paused is not None:
                 self._kill()  # nothing more on a paused account: the iteration under way is redone
                 if self._iterations() > pushed:
@@ -214,6 +215,7 @@ class Slot:
         """The runner exited: the loop ended, waits at a gate, or is handed back."""
         if self.proc is None or self.lost.is_set() or self.row.get("_released") or self.row.get("_ended"):
             return
+        self.causes.report(wait=True)
         self._sync(self._iterations(), final=True)
         cfg = self._local_config()
         ended = bool(cfg) and cfg.get("status") == loops.ENDED
@@ -229,8 +231,10 @@ class Slot:
             self._write(self.w.registry.progress, status="waiting_gate", gate=waiting)
             return self._hand_back(f"waiting at gate {waiting.get('name')}")
         if self._iterations() <= int(self.row.get("iteration") or 0):  # it ran none: as if unprepared
-            return self._unprepared(self.said.exit(self.proc.returncode))
-        self._hand_back(f"the runner exited (code {self.proc.returncode}) with the loop still active")
+            why = self.said.exit(self.proc.returncode)
+            self.causes.note(why, "worker_error")
+            return self._unprepared(why)
+        self._hand_back(self.causes.runner_exited(self.proc.returncode))
 
     # --- the loop in the clone ----------------------------------------------------------------
 
@@ -315,7 +319,9 @@ class Slot:
         )
         self.counted = carry.snapshot(budget)
         for line in self._history():  # each with the commit that holds its work, for a handoff
-            self._write(self.w.registry.add_event, "iteration", dict(line, commit=head[:12]))
+            self._write(
+                self.w.registry.add_event, "iteration", dict(line, commit=head[:12], **self.causes.where)
+            )
         self._heed(spend, final)
         self.w.log("pushed" if moved else "recorded", loop=self.name, iteration=iteration, head=head[:12])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from loopwright.registry import migrate
 from loopwright.registry.api import Busy, LeaseLost, RegistryError
+from loopwright.registry.causes import Causes
 from loopwright.registry.faults import Faults
 from loopwright.registry.fleetview import FleetView
 from loopwright.registry.gateanswers import GateAnswers
@@ -23,7 +24,7 @@ from loopwright.registry.workers import Workers
 __all__ = ["ENV", "LIVE", "Busy", "LeaseLost", "Registry", "RegistryError", "open_registry"]
 
 
-class Registry(Runs, Queue, Workers, Limits, FleetView, Items, Faults, Listing, GateAnswers):
+class Registry(Runs, Queue, Workers, Limits, FleetView, Items, Faults, Listing, GateAnswers, Causes):
     """A registry over one database (see loopwright.registry.backend)."""
 
     def __init__(self, backend) -> None:

@@ -178,6 +178,10 @@ RESERVATIONS = "ALTER TABLE fleet_loops ADD COLUMN reserved {real} DEFAULT 0"
 # a worker that left (stopped_at at or after its last beat) from one that went silent.
 WORKER_STOPPED = "ALTER TABLE fleet_workers ADD COLUMN stopped_at {real}"
 
+# Why a fleet loop failed (issue 27 part 2): the last error its client or its worker gave up on
+# (an API error, a runner that could not start), scrubbed and bounded by the worker.
+CAUSES = "ALTER TABLE fleet_loops ADD COLUMN last_error TEXT"
+
 # (version, name, SQL, then a step in Python or None). The SQL is one text for both databases,
 # or a dict {dialect: text} where they differ.
 STEPS = [
@@ -189,6 +193,7 @@ STEPS = [
     (6, "claims", {d: sql + ";" + CLAIM_COLUMNS for d, sql in CLAIMS.items()}, None),
     (7, "reservations", RESERVATIONS, None),
     (8, "worker_stopped", WORKER_STOPPED, None),
+    (9, "causes", CAUSES, None),
 ]
 
 

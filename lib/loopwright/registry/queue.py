@@ -18,6 +18,7 @@ import uuid
 
 from loopwright.core import jsoncodec
 from loopwright.core.outcomes import CANCELLED, stopped
+from loopwright.registry import timeline
 from loopwright.registry.api import LeaseLost, RegistryError
 from loopwright.registry.listing import listed_row
 from loopwright.registry.rowlimits import SANE, SET_ASIDE_PER_CLAIM, BadRow, check_sizes, counters_fault
@@ -292,7 +293,9 @@ class Queue:
         if shape not in _AT_ONCE_SQL:  # the statement's text depends on its shape alone
             head, _ = self._page(FIRST_PAGES, 1, accounts, columns="id, seq")
             where = ("", " AND repo = %s", " AND repo = ANY(%s)")[shape[1]] + (PLAIN_SPEC if asks else "")
-            _AT_ONCE_SQL[shape] = AT_ONCE.replace("{head}", head).replace("{known}", where)
+            _AT_ONCE_SQL[shape] = timeline.noted_claim(
+                AT_ONCE.replace("{head}", head).replace("{known}", where)
+            )
         heads = accounts * len(FIRST_PAGES)  # the accounts again in each kind's read
         rows = self.backend.once(_AT_ONCE_SQL[shape], (worker, host, lease, *heads, MAX_FAILOVERS, *known))
         return loop_row(rows[0]) if rows else None
@@ -350,7 +353,7 @@ class Queue:
                     pages[which] = (mine[-1]["k"], mine[-1]["seq"])
 
     def _take(self, tx, row: dict, worker: str, host: str, lease: float) -> dict:
-        now = row["db_now"]
+        now, before = row["db_now"], timeline.before_claim(row)
         row.update(
             worker=worker,
             host=host,
@@ -362,6 +365,7 @@ class Queue:
             updated_at=now,
         )
         tx.run(TAKE, tuple(row[k] for k in TAKEN))
+        timeline.claimed(tx, row, before)
         return loop_row(row)
 
     def _end_failed_over(self, tx, row: dict) -> None:
@@ -370,6 +374,9 @@ class Queue:
             "UPDATE fleet_loops SET status = 'ended', outcome = %s, reason = %s, worker = NULL, "
             "lease_expires = NULL, updated_at = {now} WHERE id = %s",
             (stopped("failover_limit"), reason, row["id"]),
+        )
+        timeline.add(
+            tx, row["id"], row["generation"], "ended", outcome=stopped("failover_limit"), reason=reason
         )
 
     def heartbeat(self, loop_id: str, generation: int, lease=30.0) -> dict:
@@ -403,7 +410,9 @@ class Queue:
         """Ends the loop with ``outcome``; its worker lets go of it."""
         sets = "status = 'ended', outcome = %s, reason = %s, worker = NULL, lease_expires = NULL"
         with self.backend.tx() as tx:
+            who = timeline.holder(tx, loop_id)
             fenced(tx, loop_id, generation, sets, (outcome, reason))
+            timeline.add(tx, loop_id, generation, "ended", outcome=outcome, reason=reason, **who)
             self.backend.notify(tx, PROGRESS_CHANNEL, loop_id)
 
     def release(self, loop_id: str, generation: int, reason: str) -> None:
@@ -414,7 +423,9 @@ class Queue:
             "worker = NULL, lease_expires = NULL, reason = %s"
         )
         with self.backend.tx() as tx:
+            who = timeline.holder(tx, loop_id)
             fenced(tx, loop_id, generation, sets, (reason,))
+            timeline.add(tx, loop_id, generation, "released", reason=reason, **who)
             self.backend.notify(tx, QUEUE_CHANNEL, loop_id)
 
     def request(self, loop: str, what: str) -> dict | None:
@@ -429,7 +440,8 @@ class Queue:
             row = tx.one("SELECT *" + FIND, (loop, loop, loop))
             if row is None:
                 return None
-            tx.run(REQUEST, (what, outcome, reason, row["id"]))
+            if tx.run(REQUEST, (what, outcome, reason, row["id"])) == 1:
+                timeline.requested(tx, row, what, reason)
             self.backend.notify(tx, CONTROL_CHANNEL, row["id"])
             return loop_row(tx.one("SELECT * FROM fleet_loops WHERE id = %s", (row["id"],)))
 

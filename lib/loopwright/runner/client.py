@@ -14,6 +14,24 @@ import time
 STDERR_TAIL = 4000
 
 
+def find_program(program: str) -> str | None:
+    """``program`` as an absolute path: a path (absolute, or relative to here) to an executable
+    file, or a name found on $PATH; None when there is none. `run` and `worker` check their
+    --claude with it before anything starts."""
+    import shutil
+
+    found = shutil.which(program) if program else None
+    return os.path.abspath(found) if found else None
+
+
+def missing_program(program: str) -> str:
+    """The one line a missing --claude is refused with."""
+    return (
+        f"Claude Code's CLI ({program}) was not found or is not an executable file; "
+        "install it or pass --claude PATH"
+    )
+
+
 class Client:
     """A running ``claude -p``. ``activity()`` says whether it showed any sign of progress
     since the last call: a new output line, or CPU time spent by it or its tools."""

@@ -54,6 +54,9 @@ def summary(event: dict) -> str:
         "quota_wait": "waits for a usage limit to reset",
     }.get(event.get("event"), event.get("event"))
     reason = f": {event['reason']}" if event.get("reason") else ""
+    error = event.get("last_error")  # the client's error, when the reason does not hold it already
+    if isinstance(error, str) and error and error not in reason:
+        reason += f" (last client error: {error})"
     return f"loopwright: loop {event.get('loop')} {what}{reason}"
 
 

@@ -23,10 +23,10 @@ from loopwright.actions import start as starting
 from loopwright.actions.cancel import end_now
 from loopwright.actions.pause import pause_clock
 from loopwright.core import budget as budgets
-from loopwright.core import recovery
+from loopwright.core import clienterror, recovery
 from loopwright.core.clock import now_iso
 from loopwright.core.errors import UserError
-from loopwright.runner import notify
+from loopwright.runner import causes, notify
 from loopwright.runner.client import Client
 from loopwright.state import loops, store
 
@@ -122,6 +122,8 @@ class Run:
         self._busy_seen: int | None = None  # busy.json's mtime at the last poll
         self.stop_written = False
         self.last_result: dict | None = None  # the client's last "result" event
+        self.error_kind: str | None = None  # the kind of API error the client's stream last showed
+        self.last_error: str | None = None  # the latest client error, worded (core/clienterror.py)
         self.quota_waits = 0  # in a row
         self.notifiers = notify.Notifiers(list(opts.notify), report)
 
@@ -173,7 +175,7 @@ class Run:
         self.interrupts.install()
         resume = False
         while True:
-            self.last_result = None
+            self.last_result, self.error_kind = None, None
             why = self._one_client(prompt, resume)
             if why is None:
                 return recovery.EXIT_INTERRUPTED
@@ -236,7 +238,8 @@ class Run:
             loop = pick.config(self.paths)
         outcome = loop.get("outcome")
         self.report("ended", loop=self.paths.name, outcome=outcome, reason=loop.get("end_reason"))
-        self._notify("loop_ended", outcome=outcome, reason=loop.get("end_reason"))
+        error = {"last_error": self.last_error} if self.last_error else {}
+        self._notify("loop_ended", outcome=outcome, reason=loop.get("end_reason"), **error)
         return recovery.exit_code(outcome)
 
     def _loop_state(self) -> tuple[dict, dict]:
@@ -264,9 +267,21 @@ class Run:
                 self.report("stall", polls=quiet, seconds=self.opts.poll_seconds)
                 return f"no progress for {quiet} polls of {self.opts.poll_seconds:g} s"
         self._relay(client)
-        tail = client.stderr_tail.decode("utf-8", "replace").strip().splitlines()[-1:]
-        self.report("client_exit", code=client.returncode, stderr=tail[0] if tail else "")
-        return f"the client exited (code {client.returncode})"
+        error = self._client_error(client)
+        tail = clienterror.from_stderr(client.stderr_tail.decode("utf-8", "replace")) or ""
+        self.report("client_exit", code=client.returncode, error=error, stderr=tail)
+        if error:
+            self.last_error = error
+            causes.record(self.paths, error, client.returncode, self.session)
+        return clienterror.exit_cause(client.returncode, error)
+
+    def _client_error(self, client: Client) -> str | None:
+        """What the client gave up on: the API error its last turn reported, else (when it
+        exited with an error and no result said why) its last stderr lines."""
+        error = clienterror.from_result(self.last_result, self.error_kind)
+        if error is None and client.returncode:
+            error = clienterror.from_stderr(client.stderr_tail.decode("utf-8", "replace"))
+        return error
 
     def _busy_moved(self) -> bool:
         """A loopwright command of the loop's (a bounded wait) said it is alive since the last poll."""
@@ -279,6 +294,8 @@ class Run:
 
     def _relay(self, client: Client) -> None:
         for event in client.events():
+            if event.get("type") == "assistant":  # the turn's last message says what it failed on
+                self.error_kind = clienterror.api_error_kind(event)
             if event.get("type") == "result":
                 self.last_result = event
                 self.report("turn_end", turns=event.get("num_turns"), cost=event.get("total_cost_usd"))

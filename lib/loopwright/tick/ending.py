@@ -20,6 +20,8 @@ OUTCOME_WORDS = {
     "CANCELLED": "the loop was cancelled",
     "EXTERNAL_UNREACHABLE": "an external service was unreachable for two iterations in a row",
     "STOPPED:state_missing": "the loop's budget or history file was gone",
+    "STOPPED:stall_limit": "the runner gave up bringing its Claude Code client back",
+    "STOPPED:quota_limit": "the usage limit held through every wait",
 }
 
 

@@ -1,0 +1,44 @@
+"""`fleet events` lines from timeline events: the host of each (its own, else its claim's), the
+fields that matter in words, and whatever a writer of the database put there shown as text on
+one line, bounded, never an error."""
+
+from __future__ import annotations
+
+from loopwright.core import eventlines
+
+AT = 1_795_840_761.5  # 2026-11-28 04:39:21 UTC
+
+
+def ev(kind, data, generation=1, at=AT):
+    return {"id": 1, "at": at, "generation": generation, "kind": kind, "data": data}
+
+
+def test_an_event_without_a_host_takes_its_claims():
+    events = [
+        ev("claimed", {"worker": "w1", "host": "alpha", "failovers": 0}),
+        ev("ended", {"outcome": "LOOP_DONE", "reason": "done"}),
+        ev("ended", {"outcome": "X"}, generation=7),
+    ]
+    assert eventlines.lines(events) == [
+        "2026-11-28 04:39:21  alpha            g1   claimed by w1",
+        "2026-11-28 04:39:21  alpha            g1   ended LOOP_DONE: done",
+        "2026-11-28 04:39:21  -                g7   ended X",
+    ]
+
+
+def test_an_unknown_kind_shows_its_plain_fields_and_no_python_dump():
+    out = eventlines.line(ev("set_aside", {"reason": "bad row", "worker": "w9", "nested": {"a": 1}}), {})
+    assert out.endswith("set_aside: reason bad row, worker w9") and "{" not in out
+
+
+def test_whatever_the_database_holds_is_one_bounded_line():
+    nasty = {
+        "error": "\x1b]52;c;cGF5bG9hZA==\x07" + "x" * 5000,
+        "code": "1; rm -rf /",
+        "host": "h\nost",
+    }
+    out = eventlines.line(ev("client_error\x1b[2J", nasty, generation="g", at="soon"), {})
+    assert "\n" not in out and "\x1b" not in out and len(out) < 800
+    assert out.startswith("????-??-?? ??:??:??  h\\nost") and " g? " in out
+    for data in ("text", None, [1], {"iteration": {"a": 1}, "gates": "x", "dollars_this_iter": True}):
+        assert eventlines.line(ev("iteration", data), {})  # never an error
