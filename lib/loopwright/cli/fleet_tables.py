@@ -28,11 +28,11 @@ def cause(row: dict) -> str:
     """Why a loop did not end well, or waits in the queue again (a preparation that failed, a
     row set aside, a hand-back), then its last client or worker error when the reason does not
     hold it; '-' for none."""
-    from loopwright.core.attention import failed
+    from loopwright.core.recovery import FINISHED
 
     reason = row.get("reason") if isinstance(row.get("reason"), str) else ""
     error = row.get("last_error") if isinstance(row.get("last_error"), str) else ""
-    if row["status"] == "ended" and not failed(row.get("outcome")):
+    if row["status"] == "ended" and row.get("outcome") in FINISHED:
         return "-"
     shown = [reason] if reason and row["status"] in ("ended", "queued") else []
     if error and error not in reason:

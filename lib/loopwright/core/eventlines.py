@@ -105,7 +105,7 @@ def _worded(kind: str, d: dict) -> str | None:
     if kind in ("stop_requested", "cancel_requested"):
         head = kind.replace("_", " ")
         return _with(head, f"ended at once ({_text(d['ended'])})" if _text(d.get("ended")) else "")
-    if kind in ("gate", "answered") and "answer" in d:
+    if kind == "gate" and "answer" in d:
         by = _text(d.get("user"), 64) or _text(d.get("by"), 64) or "?"
         gate = _text(d.get("gate") or d.get("name"), 64) or "?"
         return f"gate {gate} answered {_text(d['answer'], 64)} by {by}"

@@ -21,10 +21,15 @@ from loopwright.core.outcomes import CANCELLED, stopped
 from loopwright.registry import timeline
 from loopwright.registry.api import LeaseLost, RegistryError
 from loopwright.registry.listing import listed_row
-from loopwright.registry.rowlimits import SANE, SET_ASIDE_PER_CLAIM, BadRow, check_sizes, counters_fault
-from loopwright.state.project import is_loop_name
+from loopwright.registry.rowlimits import (
+    SANE,
+    SET_ASIDE_PER_CLAIM,
+    BadRow,
+    check_sizes,
+    check_submit,
+    counters_fault,
+)
 
-KINDS = ("prompt", "work", "review", "task")
 MAX_FAILOVERS = 3
 QUEUE_CHANNEL = "loopwright_queue"  # a loop became claimable (payload: its id)
 CONTROL_CHANNEL = "loopwright_control"  # stop, cancel or a gate's answer for a loop (its id)
@@ -95,7 +100,7 @@ ANSWER = (
 )
 
 ANSWERED = (
-    "INSERT INTO fleet_events (loop_id, at, generation, kind, data) VALUES (%s, {now}, %s, 'answered', %s)"
+    "INSERT INTO fleet_events (loop_id, at, generation, kind, data) VALUES (%s, {now}, %s, 'gate', %s)"
 )
 
 
@@ -140,34 +145,6 @@ def fenced(tx, loop_id: str, generation: int, sets: str = "", args: tuple = ()) 
     that claim no longer stands. The row stays locked until the transaction ends."""
     if tx.run(_fenced_sql(sets), (*args, loop_id, generation)) != 1:
         raise lease_lost(loop_id, generation)
-
-
-def _plain(text, spaces: bool = False) -> bool:
-    """Text a git command line takes as a value, never as an option: no leading '-', no
-    control characters (nor spaces, unless ``spaces``: a local path may hold some)."""
-    if not isinstance(text, str) or not text or text[0] == "-":
-        return False
-    return all(c.isprintable() and (spaces or not c.isspace()) for c in text)
-
-
-def check_submit(kind, spec, repo, branch, account, name) -> None:
-    """RegistryError, one line, for what a fleet loop cannot be submitted with. (A worker checks
-    a row again: whoever can write to the database can write any row.)"""
-    if kind not in KINDS:
-        raise RegistryError(f"unknown fleet loop kind {kind!r}: use one of {', '.join(KINDS)}")
-    if not isinstance(spec, dict):
-        raise RegistryError("a fleet loop's spec is a JSON object")
-    if not _plain(repo, spaces=True) or not repo.strip():
-        raise RegistryError(f"bad repository {repo!r}: give --repo URL (any URL or path git clone takes)")
-    if branch is not None and (not _plain(branch) or ".." in branch or any(c in branch for c in ":~^?*[\\")):
-        raise RegistryError(f"bad branch name {branch!r}: give --branch a git branch name")
-    if not _plain(account):
-        raise RegistryError(f"bad account name {account!r}")
-    if name is not None and not is_loop_name(name):
-        raise RegistryError(
-            f"invalid loop name {name!r}: use 1-64 letters, digits, '-' or '_', "
-            "starting with a letter or digit"
-        )
 
 
 class Queue:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from loopwright.core import jsoncodec
 from loopwright.registry.api import RegistryError
+from loopwright.state.project import is_loop_name
 
 # A claim count no loop reaches (each claim adds one: failovers, gates, drains, retries): a row
 # beyond it, or with a negative counter, is set aside (registry/faults.py) before any + 1 could
@@ -15,6 +16,8 @@ from loopwright.registry.api import RegistryError
 MAX_COUNTER = 1_000_000_000
 SANE = f" AND generation BETWEEN 0 AND {MAX_COUNTER} AND failovers BETWEEN 0 AND {MAX_COUNTER}"
 SET_ASIDE_PER_CLAIM = 8  # rows one claim sets aside at most (the next claim goes on)
+
+KINDS = ("prompt", "work", "review", "task")  # what a fleet loop runs: a goal, or a mode
 
 # What one row may hold, checked at submit (docs/fleet.md): a row is read by every worker's claim,
 # by `fleet ls` and by the page, so no field may grow without bound.
@@ -58,3 +61,31 @@ def counters_fault(row: dict) -> str | None:
     if row.get("worker") is not None and not isinstance(row["worker"], str):
         return "its worker is not text"
     return None
+
+
+def _plain(text, spaces: bool = False) -> bool:
+    """Text a git command line takes as a value, never as an option: no leading '-', no
+    control characters (nor spaces, unless ``spaces``: a local path may hold some)."""
+    if not isinstance(text, str) or not text or text[0] == "-":
+        return False
+    return all(c.isprintable() and (spaces or not c.isspace()) for c in text)
+
+
+def check_submit(kind, spec, repo, branch, account, name) -> None:
+    """RegistryError, one line, for what a fleet loop cannot be submitted with. (A worker checks
+    a row again: whoever can write to the database can write any row.)"""
+    if kind not in KINDS:
+        raise RegistryError(f"unknown fleet loop kind {kind!r}: use one of {', '.join(KINDS)}")
+    if not isinstance(spec, dict):
+        raise RegistryError("a fleet loop's spec is a JSON object")
+    if not _plain(repo, spaces=True) or not repo.strip():
+        raise RegistryError(f"bad repository {repo!r}: give --repo URL (any URL or path git clone takes)")
+    if branch is not None and (not _plain(branch) or ".." in branch or any(c in branch for c in ":~^?*[\\")):
+        raise RegistryError(f"bad branch name {branch!r}: give --branch a git branch name")
+    if not _plain(account):
+        raise RegistryError(f"bad account name {account!r}")
+    if name is not None and not is_loop_name(name):
+        raise RegistryError(
+            f"invalid loop name {name!r}: use 1-64 letters, digits, '-' or '_', "
+            "starting with a letter or digit"
+        )
