@@ -75,7 +75,7 @@ def test_submit_wait_follows_a_real_worker_whose_log_a_person_reads(registry_url
     assert waited.returncode == 0, waited.stdout + waited.stderr
     out = waited.stdout.splitlines()
     assert out[0].startswith("queued fleet loop waited (prompt) into ")
-    assert any(" iteration: " in line for line in out), out
+    assert any(" iteration 1: " in line for line in out), out
     assert out[-1].startswith("waited: ended LOOP_DONE after 1 iteration"), out
     assert [line.split()[1] for line in states[1:]] == ["alive"], states
     after = lw("fleet", "workers", "--db", url).stdout.splitlines()

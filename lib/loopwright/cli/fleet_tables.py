@@ -20,7 +20,7 @@ def loop_columns(waiting: dict) -> list:
         Column("OUTCOME", lambda r: r["outcome"] or waiting.get(r["id"]) or "-", width=60),
         Column("GOAL", lambda r: first_line(goal_of(r)), width=60),
         Column("REPO", lambda r: r["repo"], width=50),
-        Column("CAUSE", cause, width=160),
+        Column("CAUSE", cause, width=400),
     ]
 
 

@@ -114,6 +114,7 @@ class Slot:
             self.ws = Workspace(self.w.work_root, self.name, row["repo"], row["branch"], allow=self.w.allow)
             self.ws.prepare()
         except (WorkspaceError, ValueError) as exc:  # Refused is a ValueError
+            self.causes.note(str(exc), "worker_error")
             return self._unprepared(str(exc))
         shutil.rmtree(self.ws.dir / ".loopwright", ignore_errors=True)  # a new local loop each claim
         self.out_of_budget = reconcile.recover(self)  # what a worker pushed and did not record

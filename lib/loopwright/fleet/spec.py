@@ -206,8 +206,7 @@ def _mode_takes(kind: str, spec: dict) -> None:
     --judge` is refused there): refused here instead, before any worker claims the loop."""
     from loopwright import modes
 
-    part = modes.part(kind, "slash") if kind in modes.names() else None
-    known = getattr(part, "OPTIONS", {})
+    known = _mode_options(kind) if kind in modes.names() else {}
     asked = [k for k, v in (spec.get("limits") or {}).items() if v is not None]
     asked += [k for k in OPTIONS if spec.get(k) is not None]
     for key in asked:
