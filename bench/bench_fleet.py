@@ -11,9 +11,10 @@ On a throwaway cluster of its own (tests/pgcluster.py) with PostgreSQL's default
     busy spell of a shared machine weighs on both sides of a ratio). Every row must be claimed exactly once
     (else exit 1); ``--check`` also fails when Registry.claim reaches less than half the bare
     rate at any level;
-  - 1,000 running loops as workers drive them: each loop's heartbeat (with its account's pause
-    read) every 10 s and an iteration boundary (heartbeat, progress with the day's spend, one
-    timeline event) every 60 s, each worker's own beat every 10 s, all played ``--speedup`` times
+  - 1,000 running loops as workers drive them: an iteration boundary of each loop (heartbeat,
+    progress with the day's spend, one timeline event) every 60 s, and each worker's beat every
+    10 s (its row, one renewal of every lease it holds, its account's pause read: registry/leases.py),
+    all played ``--speedup`` times
     faster than real time. The figure: the database server's CPU (the postmaster and its
     children, from /proc) per second of the fleet's time, as a share of one core.
 
@@ -281,7 +282,7 @@ def schedule(first: int, count: int, total: int, simulate: float) -> list[tuple]
     iteration boundaries, each loop's spread evenly over its period; and this worker's beats."""
     events = []
     for g in range(first, first + count):
-        for kind, every in (("beat", BEAT_EVERY), ("boundary", BOUNDARY_EVERY)):
+        for kind, every in (("boundary", BOUNDARY_EVERY),):  # leases: the worker's beat renews them
             t = every * g / total
             while t < simulate:
                 events.append((t, kind, g - first))
@@ -295,14 +296,13 @@ def schedule(first: int, count: int, total: int, simulate: float) -> list[tuple]
 
 def _drive(reg, me: str, loops: list, kind: str, i: int, done: list) -> int:
     """One event of a worker's loops, as slot.py and worker.py write it; the writes it made."""
-    if kind == "worker":
+    if kind == "worker":  # as Worker._beat: every lease in one statement, then its row
+        reg.renew_claims(loops, lease=30.0)
         reg.worker_beat(me, "bench", len(loops), len(loops), None, [lid for lid, _ in loops])
-        return 1
-    loop_id, generation = loops[i]
-    reg.heartbeat(loop_id, generation, lease=30.0)
-    if kind == "beat":
         reg.account_pause("default")
         return 2
+    loop_id, generation = loops[i]
+    reg.heartbeat(loop_id, generation, lease=30.0)
     done[i] += 1
     n = done[i]
     state = {"counters": {"iterations": n, "minutes": n * 1.5, "tokens_in": n * 9000}, "head": "0" * 40}
@@ -443,7 +443,7 @@ def table(result: dict) -> str:
     lines.append(f"{'double claims (all rounds)':36}{result['double_claims']:>10}")
     lines += [
         "",
-        f"{hb['loops']} running loops on {hb['workers']} workers: a heartbeat every {BEAT_EVERY:.0f} s, an "
+        f"{hb['loops']} running loops on {hb['workers']} workers: a worker beat every {BEAT_EVERY:.0f} s, an "
         f"iteration boundary every {BOUNDARY_EVERY:.0f} s ({hb['writes_per_fleet_second']:.0f} writes/s)",
         f"  {hb['simulated_seconds']:.0f} s of the fleet in {hb['wall_seconds']:.1f} s "
         f"({hb['speedup']:.1f}x), at most {hb['most_late_seconds']:.1f} s behind",

@@ -65,6 +65,20 @@ def test_the_fleet_benchmark_runs_and_reports_every_series():
     assert beats["loops"] == 20 and beats["writes"] > 0 and beats["server_share_of_one_core"] > 0, beats
 
 
+def test_the_fleet_scale_benchmark_runs_and_reports_every_figure():
+    import pgcluster
+
+    if pgcluster.unavailable():
+        pytest.skip(pgcluster.unavailable())
+    sizes = ["--sizes", "20,40", "--queued", "20", "--workers", "4", "--procs", "2"]
+    res = bench("bench_fleet_scale.py", *sizes, "--iteration", "5", "--simulate", "10", "--speedup", "5")
+    assert [r["running"] for r in res["runs"]] == [20, 40], res
+    for run in res["runs"]:
+        figures = {k: float(run[k]) for k in ("writes_per_second", "leases_renewed_per_second")}
+        figures.update(server=float(run["server_share_of_one_core"]), claim=float(run["claim"]["p95_ms"]))
+        assert positive(dict(figures, api=float(run["api_fleet"]["p95_ms"]))), run
+
+
 def test_the_metrics_benchmark_runs_and_reports_each_registry():
     import pgcluster
 

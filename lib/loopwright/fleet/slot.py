@@ -80,9 +80,9 @@ class Slot:
     # --- the loop's life ----------------------------------------------------------------------
 
     def _run(self) -> None:
-        beat = threading.Thread(target=self._beat_loop, name=f"beat-{self.name}", daemon=True)
+        # No beat of its own: the worker renews every claim it holds in one statement per beat
+        # (Worker._renew), and tells this slot its control or that its claim is gone.
         try:
-            beat.start()
             self._drive()
         except LeaseLost as exc:
             self._lose(str(exc))
@@ -432,23 +432,6 @@ class Slot:
             except Exception as exc:  # already ended: the runner ends with it
                 self.w.log("error", loop=self.name, error=f"cancel: {exc}")
         self.w.log("control", loop=self.name, what=what)
-
-    def _beat_loop(self) -> None:
-        """Renew the claim every ``heartbeat`` seconds (sooner on a notification); the loop's
-        pending control comes back with each renewal."""
-        while not self.done.is_set() and not self.lost.is_set():
-            try:
-                self.control = self.w.registry.heartbeat(self.id, self.gen, lease=self.w.lease)["control"]
-                if self.control:
-                    self.wake.set()
-                if isinstance(self.row["account"], str):  # a pause whose notification was lost
-                    self.see_pause(self.w.registry.account_pause(self.row["account"]))
-            except LeaseLost as exc:
-                self._lose(str(exc))
-                return
-            except RegistryError as exc:  # the database went away: the next beat tries again
-                self.w.log("database", loop=self.name, error=str(exc))
-            self.done.wait(self.w.heartbeat)
 
     def _lose(self, why: str) -> None:
         first = not self.lost.is_set()  # the beat and the loop's own thread may both find out

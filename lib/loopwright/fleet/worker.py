@@ -28,7 +28,7 @@ from loopwright.fleet.allow import Allow
 from loopwright.fleet.consent import Verifies
 from loopwright.fleet.slot import Slot
 from loopwright.registry import LeaseLost, RegistryError
-from loopwright.registry.queue import CONTROL_CHANNEL, QUEUE_CHANNEL
+from loopwright.registry.queue import CONTROL_CHANNEL, QUEUE_CHANNEL, lease_lost
 
 SLICE = 0.5  # the longest the worker waits at once, so that a signal is seen at once
 
@@ -60,6 +60,11 @@ class Options:
         self.allow_verify = list(allow_verify)
         self.prepare_backoff = prepare_backoff  # the first wait after a loop could not be prepared
         self.log_format = log_format  # "text" for a person, "json" for machines
+
+
+def _let_go(slot: Slot) -> bool:
+    """Whether the slot let go of its claim itself (released or ended it)."""
+    return bool(slot.row.get("_released") or slot.row.get("_ended"))
 
 
 class Worker:
@@ -206,7 +211,7 @@ class Worker:
         try:
             pause = self.registry.account_pause(account)
         except RegistryError:
-            return  # each slot's own beat asks again
+            return  # the worker's next beat asks again
         for slot in slots:
             slot.see_pause(pause)
 
@@ -216,7 +221,30 @@ class Worker:
             slot.control = self.registry.heartbeat(slot.id, slot.gen, lease=self.lease)["control"]
             slot.wake.set()
         except (LeaseLost, RegistryError):
-            pass  # the slot's own beat finds out
+            pass  # the worker's next beat finds out (Worker._renew)
+
+    def _renew(self) -> None:
+        """Renews every claim this worker holds in one statement (registry/leases.py): each
+        slot hears its loop's control, and a slot whose claim is gone (another worker took the
+        loop, or it was released or ended) is told to stop without pushing. Each account's pause
+        is read once per beat too, for a pause whose notification was lost."""
+        slots = [s for s in self.slots.values() if not (s.done.is_set() or s.lost.is_set() or _let_go(s))]
+        if not slots:
+            return
+        try:
+            held = self.registry.renew_claims([(s.id, s.gen) for s in slots], lease=self.lease)
+        except RegistryError as exc:  # the database went away: the next beat tries again
+            return self.log("database", error=str(exc))
+        for slot in slots:
+            if slot.id not in held:
+                if not (slot.done.is_set() or _let_go(slot)):  # not its own release meanwhile
+                    slot._lose(str(lease_lost(slot.id, slot.gen)))
+                continue
+            slot.control = held[slot.id]
+            if slot.control:
+                slot.wake.set()
+        for account in {s.row.get("account") for s in slots if isinstance(s.row.get("account"), str)}:
+            self._pause_now(account, [s for s in slots if s.row.get("account") == account])
 
     def _wind_down(self, now: bool) -> None:
         self.log("draining" if not now else "stopping", loops=[s.name for s in self.slots.values()])
@@ -226,6 +254,7 @@ class Worker:
             slot.wake.set()
 
     def _beat(self) -> None:
+        self._renew()
         try:
             mine = self.registry.worker_beat(
                 self.opts.name,

@@ -14,6 +14,7 @@ from loopwright.registry.faults import Faults
 from loopwright.registry.fleetview import FleetView
 from loopwright.registry.gateanswers import GateAnswers
 from loopwright.registry.items import Items
+from loopwright.registry.leases import Leases
 from loopwright.registry.limits import Limits
 from loopwright.registry.listing import Listing
 from loopwright.registry.queue import Queue
@@ -24,7 +25,7 @@ from loopwright.registry.workers import Workers
 __all__ = ["ENV", "LIVE", "Busy", "LeaseLost", "Registry", "RegistryError", "open_registry"]
 
 
-class Registry(Runs, Queue, Workers, Limits, FleetView, Items, Faults, Listing, GateAnswers, Causes):
+class Registry(Runs, Queue, Leases, Workers, Limits, FleetView, Items, Faults, Listing, GateAnswers, Causes):
     """A registry over one database (see loopwright.registry.backend)."""
 
     def __init__(self, backend) -> None:

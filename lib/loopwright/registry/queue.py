@@ -99,9 +99,7 @@ ANSWER = (
     "updated_at = {now} WHERE id = %s AND status = 'waiting_gate' AND updated_at = %s"
 )
 
-ANSWERED = (
-    "INSERT INTO fleet_events (loop_id, at, generation, kind, data) VALUES (%s, {now}, %s, 'gate', %s)"
-)
+ANSWERED = "INSERT INTO fleet_events (loop_id, at, generation, kind, data) VALUES (%s, {now}, %s, 'gate', %s)"
 
 
 def json_text(value) -> str:
