@@ -6,6 +6,7 @@ progress.json, the journal and the notification, not only in ~/.claude/projects/
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -90,7 +91,11 @@ def test_a_fleet_loop_whose_model_calls_fail_says_why_in_its_row_list_and_timeli
 
 def test_a_clone_that_fails_is_in_the_loops_row_and_timeline(pg_url, tmp_path):
     remote = make_remote(tmp_path)
-    missing = tmp_path / "gone.git"  # allowed, but there is nothing to clone
+    # Allowed and a repository, but its objects are gone: the clone fails.
+    missing = make_remote(tmp_path / "broken")
+    for part in (missing / "objects").iterdir():
+        if part.name not in ("info", "pack"):
+            shutil.rmtree(part)
     queued = lw("submit", "--db", pg_url, "--repo", f"file://{missing}", "--name", "lost", "a goal")
     assert queued.returncode == 0, queued.stderr
     with fakeapi.ScriptedServer([]) as server:

@@ -96,7 +96,10 @@ def test_submit_refuses_the_hostile_table_by_shape_and_queues_the_rest(tmp_path)
         (["--judge-timeout", "0"], "error: --judge-timeout must be a number between 1 and 600"),
         (["--completion-promise", "a\nb"], "error: --completion-promise holds"),
         (["--max-iterations", "3", "--judge", "--", "work"], "error: --judge does not apply to a work loop"),
-        (["--gates", "stop", "--", "task", "auto", "x"], "error: --gates does not apply to a task loop"),
+        (
+            ["--completion-promise", "x", "--", "task", "auto", "x"],
+            "error: --completion-promise does not apply",
+        ),
         (["--", "work", "-h"], "'-h' is not an option of the work mode"),  # run would print its help
         ([w for i in range(33) for w in ("--tag", f"t{i}")], "at most 32 tags"),
         (["--tag", "t" * 65], "at most 64 characters"),
