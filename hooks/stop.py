@@ -2,10 +2,12 @@
 
 The server (lib/loopwright/events/resident.py) has the package imported already, so an
 owner's Stop it answers costs an interpreter start and one round trip. It is asked only
-through a socket in this user's private bytecode cache; whatever goes wrong before it has
-taken the event (none running, one for another plugin copy, edited code) leaves the event
-to this process, untouched. This file is parsed at every Stop: it stays small and imports
-nothing but built-in modules until it knows it must answer itself.
+through a socket in this user's private bytecode cache, the one named for this process's
+execution context (a sandbox has a server of its own), and only when the server is this
+user's; whatever goes wrong before it has taken the event (none running, one for another
+plugin copy, another context, edited code) leaves the event to this process, untouched.
+This file is parsed at every Stop: it stays small and imports nothing but built-in modules
+until it knows it must answer itself.
 """
 
 import gc
@@ -20,19 +22,22 @@ if not HOOKS.startswith("/"):
     HOOKS = posix.getcwd() + "/" + HOOKS
 
 
-def _private_dir(path: bytes, mask: int) -> bool:
-    """Whether ``path`` is a directory (not a link) of this user's with none of ``mask``'s
-    mode bits: the checks state/bytecode.py's cache_dir makes, asked again here because
-    the socket is believed only where the bytecode would be."""
-    try:
-        st = posix.lstat(path)
-    except (OSError, ValueError):
-        return False
+_DIR = posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW | posix.O_CLOEXEC
+
+
+def _private(fd: int, mask: int) -> bool:
+    """Whether the open ``fd`` is a directory of this user's with none of ``mask``'s mode
+    bits: the checks state/bytecode.py's cache_dir makes, asked again here because the socket
+    is believed only where the bytecode would be."""
+    st = posix.fstat(fd)
     return st.st_mode & 0o170000 == 0o040000 and st.st_uid == posix.geteuid() and not st.st_mode & mask
 
 
-def _cache() -> bytes | None:
-    """The private bytecode cache where the server's socket would be."""
+def _cache():
+    """The private bytecode cache where the server's socket would be, open: the data
+    directory and its cache are opened without following a link and checked through what
+    was opened, and the socket is reached through it, so a data directory in a place others
+    can write cannot be swapped between the checks and the connect."""
     env = posix.environ
     if env.get(b"LOOPWRIGHT_RESIDENT") == b"0":
         return None
@@ -44,24 +49,92 @@ def _cache() -> bytes | None:
     project = env.get(b"CLAUDE_PROJECT_DIR")
     if project and (data + b"/").startswith(project.rstrip(b"/") + b"/"):
         return None  # a project's files are data, never code
-    if not (_private_dir(data, 0o022) and _private_dir(data + b"/pycache", 0o077)):
-        return None
-    return data + b"/pycache"
-
-
-def _connect(sock, cache: bytes) -> None:
-    """Connect to the server's socket in ``cache``; from within it when its full path would
-    not fit in a socket address (104 to 108 bytes)."""
-    if len(cache) < 90:
-        sock.connect(cache + b"/stop.sock")
-        return
-    here = posix.open(".", posix.O_RDONLY)
     try:
-        posix.chdir(cache)
-        sock.connect(b"stop.sock")
+        top = posix.open(data, _DIR)
+    except (OSError, ValueError):
+        return None
+    cache = None
+    try:
+        if _private(top, 0o022):
+            cache = posix.open(b"pycache", _DIR, dir_fd=top)
+            if not _private(cache, 0o077):
+                posix.close(cache)
+                cache = None
+    except OSError:
+        pass
+    posix.close(top)
+    return cache
+
+
+# read_proc, fingerprint and socket_name: copies of lib/loopwright/events/context.py's
+# (tests/events/test_context.py keeps them equal), which say why.
+def read_proc(proc, name):
+    """The whole of file ``name`` in the /proc directory open as ``proc``."""
+    fd = posix.open(name, posix.O_RDONLY | posix.O_CLOEXEC, dir_fd=proc)
+    try:
+        parts = [posix.read(fd, 1 << 16)]
+        while parts[-1]:
+            parts.append(posix.read(fd, 1 << 16))
     finally:
-        posix.fchdir(here)
-        posix.close(here)
+        posix.close(fd)
+    return b"".join(parts)
+
+
+def fingerprint(proc):
+    """What makes the sandbox of the process whose /proc directory is open as ``proc``: its
+    user and group ids, groups, capability sets, no_new_privs, seccomp mode and filter count,
+    CPU and memory-node affinity (status); priority, nice level, real-time priority and
+    scheduling policy (stat); every resource limit; its cgroups; its personality; every
+    namespace; the identity of its root directory; its security module label. None when any
+    of it cannot be read. Securebits are not shown in /proc; what they change at an exec shows
+    in the capability sets. The umask, working directory and environment are handed over with
+    each Stop instead, and the interpreter and plugin are compared by the server."""
+    try:
+        parts = [
+            line
+            for line in read_proc(proc, b"status").split(b"\n")
+            if line.partition(b":")[0]
+            in {
+                b"Uid",
+                b"Gid",
+                b"Groups",
+                b"CapInh",
+                b"CapPrm",
+                b"CapEff",
+                b"CapBnd",
+                b"CapAmb",
+                b"NoNewPrivs",
+                b"Seccomp",
+                b"Seccomp_filters",
+                b"Cpus_allowed_list",
+                b"Mems_allowed_list",
+            }
+        ]
+        stat = read_proc(proc, b"stat").rpartition(b")")[2].split()
+        parts.append(b" ".join(stat[15:17] + stat[37:39]))  # priority, nice; rt priority, policy
+        parts += [read_proc(proc, b"limits"), read_proc(proc, b"cgroup"), read_proc(proc, b"personality")]
+        ns = posix.open(b"ns", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC, dir_fd=proc)
+        try:
+            parts += [(n + "=" + posix.readlink(n, dir_fd=ns)).encode() for n in sorted(posix.listdir(ns))]
+        finally:
+            posix.close(ns)
+        root = posix.stat(b"root", dir_fd=proc)
+        parts.append(b"root=%d:%d" % (root.st_dev, root.st_ino))
+    except (OSError, ValueError):
+        return None
+    if len(stat) < 39:
+        return None
+    try:
+        parts.append(read_proc(proc, b"attr/current"))
+    except OSError:
+        parts.append(b"-")  # no security module labels processes
+    return b"\n".join(parts)
+
+
+def socket_name(mine):
+    """The name of the socket of the server for the context fingerprinted ``mine``: a hash
+    that only routes (a collision is refused by the server's comparison, never served)."""
+    return b"stop-%016x.sock" % (int.from_bytes(mine, "little") % 0xFFFFFFFFFFFFFFC5)
 
 
 def _request() -> bytes:
@@ -75,6 +148,41 @@ def _request() -> bytes:
     return len(body).to_bytes(4, "little") + body
 
 
+def _address(cache: int):
+    """Where the server for this process's context would listen: its socket, named for
+    this context (a sandbox has its own server, see events/context.py), in the cache open
+    as ``cache``; None when /proc cannot tell the context."""
+    try:
+        proc = posix.open(b"/proc/self", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        mine = fingerprint(proc)
+    finally:
+        posix.close(proc)
+    return None if mine is None else b"/proc/self/fd/%d/%s" % (cache, socket_name(mine))
+
+
+def _connect(sock, cache: int):
+    """Connect to this context's server and make sure it is this user's; "absent" when there
+    is none such, None when none is to be asked."""
+    import _socket
+
+    try:
+        address = _address(cache)
+        if address is None:
+            return None
+        sock.connect(address)
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    except OSError:
+        return "absent"
+    finally:
+        posix.close(cache)
+    if int.from_bytes(cred[4:8], sys.byteorder) != posix.geteuid():
+        return "absent"  # another user's socket: it is told nothing
+    return "connected"
+
+
 def ask_server():
     """The exit code the server answered with; "absent" when none listens, "declined" when
     the one listening leaves this event to us, None when it is not to be asked."""
@@ -85,11 +193,15 @@ def ask_server():
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(2.0)
+    connected = _connect(sock, cache)
+    if connected != "connected":
+        return connected
     try:
-        _connect(sock, cache)
-    except OSError:
-        return "absent"
-    try:
+        # The descriptors go only once the server's fork took this connection and found the
+        # peer in its own context: a launcher that gives up on a stalled server (the timeout
+        # above) has left nothing of itself held in its queue.
+        if sock.recv(1) != b"H":
+            return "declined"
         fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
         sock.sendmsg([_request()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         if sock.recv(1) != b"A":

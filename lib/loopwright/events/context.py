@@ -1,0 +1,149 @@
+"""The execution context a Stop runs in, as the resident Stop server compares it.
+
+A Stop the resident server (events/resident.py) answers runs in a fork of that server, so it
+has the server's credentials, namespaces, cgroup, resource limits, scheduling and seccomp
+state, not its launcher's. A session inside bwrap, firejail, ``unshare`` or a container that
+shares ``$HOME`` would have its Stop and its ``--verify`` run outside its sandbox. So a
+server serves only launchers in the context it runs in itself:
+
+- each context has a socket of its own, named for a hash of its fingerprint
+  (``socket_name``): a launcher in another context finds no server there, answers in its own
+  process and starts a server of its own context;
+- the server compares what ``/proc/<peer>`` shows of each peer with its own fingerprint and
+  refuses a mismatch (``same_context``); the hash only routes, this comparison decides.
+
+``read_proc``, ``fingerprint`` and ``socket_name`` have copies in hooks/stop.py, which imports
+nothing but built-in modules (hence ``posix`` here too); tests/events/test_context.py keeps
+them equal.
+"""
+
+from __future__ import annotations
+
+import _signal
+import _socket
+import os
+import posix
+import sys
+
+SO_PEERPIDFD = getattr(_socket, "SO_PEERPIDFD", 77)  # Linux 6.5; Python 3.11 does not name it
+
+
+def read_proc(proc, name):
+    """The whole of file ``name`` in the /proc directory open as ``proc``."""
+    fd = posix.open(name, posix.O_RDONLY | posix.O_CLOEXEC, dir_fd=proc)
+    try:
+        parts = [posix.read(fd, 1 << 16)]
+        while parts[-1]:
+            parts.append(posix.read(fd, 1 << 16))
+    finally:
+        posix.close(fd)
+    return b"".join(parts)
+
+
+def fingerprint(proc):
+    """What makes the sandbox of the process whose /proc directory is open as ``proc``: its
+    user and group ids, groups, capability sets, no_new_privs, seccomp mode and filter count,
+    CPU and memory-node affinity (status); priority, nice level, real-time priority and
+    scheduling policy (stat); every resource limit; its cgroups; its personality; every
+    namespace; the identity of its root directory; its security module label. None when any
+    of it cannot be read. Securebits are not shown in /proc; what they change at an exec shows
+    in the capability sets. The umask, working directory and environment are handed over with
+    each Stop instead, and the interpreter and plugin are compared by the server."""
+    try:
+        parts = [
+            line
+            for line in read_proc(proc, b"status").split(b"\n")
+            if line.partition(b":")[0]
+            in {
+                b"Uid",
+                b"Gid",
+                b"Groups",
+                b"CapInh",
+                b"CapPrm",
+                b"CapEff",
+                b"CapBnd",
+                b"CapAmb",
+                b"NoNewPrivs",
+                b"Seccomp",
+                b"Seccomp_filters",
+                b"Cpus_allowed_list",
+                b"Mems_allowed_list",
+            }
+        ]
+        stat = read_proc(proc, b"stat").rpartition(b")")[2].split()
+        parts.append(b" ".join(stat[15:17] + stat[37:39]))  # priority, nice; rt priority, policy
+        parts += [read_proc(proc, b"limits"), read_proc(proc, b"cgroup"), read_proc(proc, b"personality")]
+        ns = posix.open(b"ns", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC, dir_fd=proc)
+        try:
+            parts += [(n + "=" + posix.readlink(n, dir_fd=ns)).encode() for n in sorted(posix.listdir(ns))]
+        finally:
+            posix.close(ns)
+        root = posix.stat(b"root", dir_fd=proc)
+        parts.append(b"root=%d:%d" % (root.st_dev, root.st_ino))
+    except (OSError, ValueError):
+        return None
+    if len(stat) < 39:
+        return None
+    try:
+        parts.append(read_proc(proc, b"attr/current"))
+    except OSError:
+        parts.append(b"-")  # no security module labels processes
+    return b"\n".join(parts)
+
+
+def socket_name(mine):
+    """The name of the socket of the server for the context fingerprinted ``mine``: a hash
+    that only routes (a collision is refused by the server's comparison, never served)."""
+    return b"stop-%016x.sock" % (int.from_bytes(mine, "little") % 0xFFFFFFFFFFFFFFC5)
+
+
+def own() -> bytes | None:
+    """This process's fingerprint; None when /proc is not of this process's pid namespace
+    (then no peer's pid could be looked up in it either)."""
+    try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return None
+        proc = os.open("/proc/self", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return fingerprint(proc)
+    finally:
+        os.close(proc)
+
+
+def same_context(conn, mine: bytes) -> bool:
+    """Whether the process at the other end of ``conn`` is this user's and its /proc shows
+    the context fingerprinted ``mine``. The peer's /proc directory is opened while the peer
+    is known alive (its pidfd), so a pid reused meanwhile is never read as the peer."""
+    try:
+        cred = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    except OSError:
+        return False
+    pid, uid = (int.from_bytes(cred[i : i + 4], sys.byteorder) for i in (0, 4))
+    if uid != os.geteuid() or pid <= 0:
+        return False
+    try:
+        pidfd = conn.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        pidfd = None  # an older kernel: the pid as the connection names it
+    try:
+        proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    finally:
+        alive = pidfd is None or _alive(pidfd)
+    try:
+        return alive and fingerprint(proc) == mine
+    finally:
+        os.close(proc)
+
+
+def _alive(pidfd: int) -> bool:
+    try:
+        _signal.pidfd_send_signal(pidfd, 0)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(pidfd)
