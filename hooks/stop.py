@@ -197,16 +197,16 @@ def ask_server():
     if connected != "connected":
         return connected
     try:
-        # The descriptors go only once the server's fork took this connection and found the
-        # peer in its own context: a launcher that gives up on a stalled server (the timeout
-        # above) has left nothing of itself held in its queue.
-        if sock.recv(1) != b"H":
+        if sock.recv(1) != b"H":  # a fork of the server took the connection and found us in its context
             return "declined"
-        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
-        sock.sendmsg([_request()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+        sock.sendall(_request())
         if sock.recv(1) != b"A":
             return "declined"
-        sock.sendall(b"G")  # from here the event is the server's: never answered twice
+        # Go, with the standard streams: only once the fork is ready for them, so a launcher
+        # that gives up on a stalled server (the timeout above) leaves nothing of itself held
+        # in its queue. From here the event is the server's: never answered twice.
+        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
+        sock.sendmsg([b"G"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
     except Exception:  # anything before "go" leaves the event to this process
         return "declined"
     sock.settimeout(None)  # a Stop may wait seconds for a late transcript write

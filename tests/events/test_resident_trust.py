@@ -118,15 +118,17 @@ def test_a_sandboxed_stop_is_never_answered_by_a_server_from_outside_the_sandbox
         assert imported == set() and sees_its_own(seen, plain), (seen, plain)
 
 
-# A peer that talks to the server's socket itself: it sends a launcher's request at once and
-# plays the rest of the exchange (go on "A"), printing every byte the server sent.
+# A peer that talks to the server's socket itself: it sends a request with its descriptors at
+# once, without waiting for the server's word, plays the rest of the exchange (go, with its
+# descriptors, on "A") and prints every byte the server sent.
 PEER = r"""
 import json, os, socket, sys
 path, hooks = sys.argv[1], sys.argv[2]
 sock = socket.socket(socket.AF_UNIX)
+here = os.getcwd()
 os.chdir(os.path.dirname(path))
 sock.connect(os.path.basename(path))
-os.chdir(os.environ["CLAUDE_PROJECT_DIR"])
+os.chdir(here)
 fields = [b"LW1", b"%d" % os.getpid(), b"18", sys.executable.encode(), hooks.encode(), os.getcwdb()]
 body = b"\0".join(fields + [k + b"=" + v for k, v in os.environb.items()])
 try:
@@ -143,7 +145,7 @@ while True:
         break
     got += more
     if more == b"A":
-        sock.sendall(b"G")
+        socket.send_fds(sock, [b"G"], [0, 1, 2])
 sys.stderr.write(json.dumps(got.decode("latin-1")))
 """
 
@@ -161,7 +163,9 @@ def test_a_peer_of_another_context_is_refused_by_the_server(looping, data, tmp_p
     event = {"session_id": "S1", "transcript_path": str(looping / "none.jsonl"), "cwd": str(looping)}
     env = lw_env(CLAUDE_PROJECT_DIR=str(looping), CLAUDE_PLUGIN_DATA=str(data))
     argv = [*wrap, sys.executable, "-c", PEER, str(hook.socket), str(REPO / "hooks")]
-    out = subprocess.run(argv, input=json.dumps(event), capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        argv, input=json.dumps(event), capture_output=True, text=True, env=env, cwd=looping, timeout=120
+    )
     said = json.loads(out.stderr.splitlines()[-1])
     if not wrap:  # the same exchange from the plain context is served: the test can tell
         assert "AR" in said and json.loads(out.stdout)["decision"] == "block", out
@@ -242,6 +246,28 @@ def stop_owner(hook: Hook) -> dict:
     answer, imported = hook.stop(LW_TEST_SECRET=SECRET.partition("=")[2])
     assert answer["decision"] == "block" and "loopwright.events.stop" in imported, answer
     return answer
+
+
+@needs
+@as_root
+def test_a_peer_of_another_user_is_refused_by_the_server(looping, shared, tmp_path):
+    data = shared / "data"
+    data.mkdir(mode=0o755)
+    (data / "pycache").mkdir(mode=0o700)
+    hook = Hook(REPO, looping, data, tmp_path)
+    hook.stop()
+    wait_for(hook.served, "the server")
+    history = looping / ".loopwright" / "loops" / "prompt" / "history.jsonl"
+    wait_for(lambda: len(history.read_text().splitlines()) == 1, "the first Stop's history")
+    # However it came to reach the socket (here: its folder opened to all)...
+    (data / "pycache").chmod(0o711)
+    hook.socket.chmod(0o666)
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    argv = as_nobody(python, "-I", "-c", PEER, str(hook.socket), str(REPO / "hooks"))
+    out = subprocess.run(argv, input="{}", capture_output=True, text=True, cwd=shared, timeout=120)
+    (data / "pycache").chmod(0o700)
+    assert json.loads(out.stderr.splitlines()[-1]) in ("N", ""), out
+    assert len(history.read_text().splitlines()) == 1
 
 
 @needs

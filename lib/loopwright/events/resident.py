@@ -5,13 +5,13 @@ of its path and the tick itself; the imports were a third of it. After the first
 active loop answered in the hook's own process, that process starts this server for its
 plugin data directory and its execution context (hooks/stop_local.py's start_server). Later
 Stops' launchers (hooks/stop.py) in the same context connect to its socket,
-``<data>/pycache/stop-<hash of the context>.sock`` (events/context.py), and once the fork
-that took the connection has said it is theirs, hand over their standard input, output and
-error with their process id, umask, working directory and environment. A child forked ahead
-of time, with every module of the Stop's path imported, takes the connection, becomes that
-Stop (those descriptors, that environment and directory) and runs the same
-``events.entry.stop`` the hook would; each Stop gets a fresh fork, so nothing of one Stop is
-left for the next. A continuing tick lets its launcher go once it is committed
+``<data>/pycache/stop-<hash of the context>.sock`` (events/context.py). Once the fork that
+took the connection has said it is theirs, they send their process id, umask, working
+directory and environment, and once it has taken those, their standard input, output and
+error with their "go". That child, forked ahead of time with every module of the Stop's
+path imported, becomes that Stop (those descriptors, that environment and directory) and runs
+the same ``events.entry.stop`` the hook would; each Stop gets a fresh fork, so nothing of one
+Stop is left for the next. A continuing tick lets its launcher go once it is committed
 (events/stop.py's RELEASE) and writes its effects after.
 
 Safety:
@@ -264,51 +264,47 @@ def _answer(fd: int, server: Server) -> None:
     conn.setblocking(True)
     conn.settimeout(2.0)  # a launcher that says nothing more is left to itself
     ours = context.same_context(conn, server.context)  # another user, or another sandbox
-    try:
-        # Only now may the launcher send its descriptors: one that gave up on a stalled
-        # server has left nothing of itself in a queued connection.
-        conn.sendall(b"H" if ours else b"N")
-    except OSError:
-        return
+    conn.sendall(b"H" if ours else b"N")
     if not ours:
         return  # refused: the launcher answers in its own process
-    request = _receive(conn)
-    if request is None:
+    fields = _receive(conn)
+    if fields is None:
         return
-    fds, fields = request
-    try:
-        if not _mine(fields, server):
-            conn.sendall(b"N")
-            server.retire()  # another copy of the plugin or another Python: its own server takes over
-            return
-        _become(fds, fields)
-        conn.sendall(b"A")
-        if conn.recv(1) != b"G":
-            return
-    finally:
-        for extra in fds:
-            os.close(extra)
-    _run(int(fields[1]), conn)
+    if not _mine(fields, server):
+        conn.sendall(b"N")
+        server.retire()  # another copy of the plugin or another Python: its own server takes over
+        return
+    _become(fields)
+    conn.sendall(b"A")
+    # The launcher's standard streams come with its "go" only: a launcher that gave up on a
+    # stalled server before it (2 s) has left nothing of itself held in a queued connection.
+    data, ancillary, flags, _ = conn.recvmsg(1, _socket.CMSG_SPACE(3 * 4))
+    fds = [
+        int.from_bytes(payload[i : i + 4], sys.byteorder)
+        for level, kind, payload in ancillary
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+        for i in range(0, len(payload) - len(payload) % 4, 4)
+    ]
+    whole = data == b"G" and len(fds) == 3 and not flags & _socket.MSG_CTRUNC
+    for target, stream in enumerate(fds if whole else ()):
+        os.dup2(stream, target)
+    for stream in fds:
+        os.close(stream)
+    if whole:  # else the launcher, which said go, reports that no answer came
+        _run(int(fields[1]), conn)
 
 
 def _receive(conn):
-    """(the three descriptors, the request's fields), or None for anything else."""
+    """The request's fields, or None for anything else."""
     try:
-        data, ancillary, flags, _ = conn.recvmsg(1 << 16, _socket.CMSG_SPACE(3 * 4))
+        data = conn.recv(1 << 16)
     except OSError:
         return None
-    fds = []
-    for level, kind, payload in ancillary:
-        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            usable = len(payload) - len(payload) % 4
-            fds += [int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, usable, 4)]
-    body = _rest(conn, data) if len(fds) == 3 and not flags & _socket.MSG_CTRUNC else None
+    body = _rest(conn, data)
     fields = body.split(b"\0") if body is not None else []
     if len(fields) < 6 or fields[0] != b"LW1" or not (fields[1].isdigit() and fields[2].isdigit()):
-        for extra in fds:
-            os.close(extra)
         return None
-    return fds, fields
+    return fields
 
 
 def _rest(conn, data: bytes) -> bytes | None:
@@ -344,9 +340,9 @@ def _mine(fields: list, server: Server) -> bool:
         return False
 
 
-def _become(fds: list, fields: list) -> None:
-    """This process takes the launcher's place: its umask, working directory, environment
-    and standard streams (raises OSError before anything is changed for a gone directory)."""
+def _become(fields: list) -> None:
+    """This process takes the launcher's place: its umask, working directory and environment
+    (raises OSError before anything is changed for a gone directory)."""
     os.chdir(fields[5])
     os.umask(int(fields[2]) & 0o777)
     wanted = dict(item.partition(b"=")[::2] for item in fields[6:] if b"=" in item)
@@ -356,8 +352,6 @@ def _become(fds: list, fields: list) -> None:
     for key, value in wanted.items():
         if env.get(key) != value:
             env[key] = value
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
 
 
 def _run(pid: int, conn) -> None:
