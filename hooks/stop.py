@@ -84,11 +84,13 @@ def fingerprint(proc):
     """What makes the sandbox of the process whose /proc directory is open as ``proc``: its
     user and group ids, groups, capability sets, no_new_privs, seccomp mode and filter count,
     CPU and memory-node affinity (status); priority, nice level, real-time priority and
-    scheduling policy (stat); every resource limit; its cgroups; its personality; every
-    namespace; the identity of its root directory; its security module label. None when any
-    of it cannot be read. Securebits are not shown in /proc; what they change at an exec shows
-    in the capability sets. The umask, working directory and environment are handed over with
-    each Stop instead, and the interpreter and plugin are compared by the server."""
+    scheduling policy (stat); every resource limit; its cgroups; every namespace; the identity
+    of its root directory; its security module label. None when any of it cannot be read.
+    Each can be read by any process of the same user whatever Yama's ptrace_scope (which keeps
+    the personality to a process's ancestors: it is not read). Securebits are not shown in
+    /proc; what they change at an exec shows in the capability sets. The umask, working
+    directory and environment are handed over with each Stop instead, and the interpreter and
+    plugin are compared by the server."""
     try:
         parts = [
             line
@@ -112,7 +114,7 @@ def fingerprint(proc):
         ]
         stat = read_proc(proc, b"stat").rpartition(b")")[2].split()
         parts.append(b" ".join(stat[15:17] + stat[37:39]))  # priority, nice; rt priority, policy
-        parts += [read_proc(proc, b"limits"), read_proc(proc, b"cgroup"), read_proc(proc, b"personality")]
+        parts += [read_proc(proc, b"limits"), read_proc(proc, b"cgroup")]
         ns = posix.open(b"ns", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC, dir_fd=proc)
         try:
             parts += [(n + "=" + posix.readlink(n, dir_fd=ns)).encode() for n in sorted(posix.listdir(ns))]
