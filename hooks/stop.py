@@ -199,10 +199,8 @@ def ask_server():
     if connected != "connected":
         return connected
     try:
-        if sock.recv(1) != b"H":  # a fork of the server took the connection and found us in its context
-            return "declined"
         sock.sendall(_request())
-        if sock.recv(1) != b"A":
+        if sock.recv(1) != b"A":  # a fork of the server took it, and us as of its own context
             return "declined"
         # Go, with the standard streams: only once the fork is ready for them, so a launcher
         # that gives up on a stalled server (the timeout above) leaves nothing of itself held

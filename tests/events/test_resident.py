@@ -132,7 +132,6 @@ class FakeServer:
                 return
             self.connections += 1
             with conn:
-                conn.sendall(b"H")  # the launcher's descriptors come after this
                 msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
                 try:
                     self.script(conn, fds)

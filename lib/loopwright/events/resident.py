@@ -5,10 +5,10 @@ of its path and the tick itself; the imports were a third of it. After the first
 active loop answered in the hook's own process, that process starts this server for its
 plugin data directory and its execution context (hooks/stop_local.py's start_server). Later
 Stops' launchers (hooks/stop.py) in the same context connect to its socket,
-``<data>/pycache/stop-<hash of the context>.sock`` (events/context.py). Once the fork that
-took the connection has said it is theirs, they send their process id, umask, working
-directory and environment, and once it has taken those, their standard input, output and
-error with their "go". That child, forked ahead of time with every module of the Stop's
+``<data>/pycache/stop-<hash of the context>.sock`` (events/context.py), and send their
+process id, umask, working directory and environment; once the fork that took the connection
+has found them of its own context and taken that, their standard input, output and error go
+with their "go". That child, forked ahead of time with every module of the Stop's
 path imported, becomes that Stop (those descriptors, that environment and directory) and runs
 the same ``events.entry.stop`` the hook would; each Stop gets a fresh fork, so nothing of one
 Stop is left for the next. A continuing tick lets its launcher go once it is committed
@@ -21,7 +21,7 @@ Safety:
 - A fork serves only a peer of this user whose /proc shows this server's own context
   (namespaces, cgroup, limits, nice level, no_new_privs, capabilities, seccomp...): a Stop
   runs with the server's, so a sandboxed session's Stop must never run here. Without /proc
-  (no context to compare) no server starts. It says so before the launcher sends anything.
+  (no context to compare) no server starts. A refused request is never read.
 - The event is the server's only once the child said it took it and the launcher said go:
   whatever fails before that (no server, a server for another copy of the plugin or another
   interpreter, a deleted working directory) leaves the event to the launcher, which answers
@@ -263,10 +263,9 @@ def _answer(fd: int, server: Server) -> None:
     conn = _socket.socket(fileno=fd)
     conn.setblocking(True)
     conn.settimeout(2.0)  # a launcher that says nothing more is left to itself
-    ours = context.same_context(conn, server.context)  # another user, or another sandbox
-    conn.sendall(b"H" if ours else b"N")
-    if not ours:
-        return  # refused: the launcher answers in its own process
+    if not context.same_context(conn, server.context):  # another user, or another sandbox
+        conn.sendall(b"N")  # refused unread: the launcher answers in its own process
+        return
     fields = _receive(conn)
     if fields is None:
         return
