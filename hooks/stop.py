@@ -66,79 +66,6 @@ def _cache():
     return cache
 
 
-# read_proc, fingerprint and socket_name: copies of lib/loopwright/events/context.py's
-# (tests/events/test_context.py keeps them equal), which say why.
-def read_proc(proc, name):
-    """The whole of file ``name`` in the /proc directory open as ``proc``."""
-    fd = posix.open(name, posix.O_RDONLY | posix.O_CLOEXEC, dir_fd=proc)
-    try:
-        parts = [posix.read(fd, 1 << 16)]
-        while parts[-1]:
-            parts.append(posix.read(fd, 1 << 16))
-    finally:
-        posix.close(fd)
-    return b"".join(parts)
-
-
-def fingerprint(proc):
-    """What makes the sandbox of the process whose /proc directory is open as ``proc``: its
-    user and group ids, groups, capability sets, no_new_privs, seccomp mode and filter count,
-    CPU and memory-node affinity (status); priority, nice level, real-time priority and
-    scheduling policy (stat); every resource limit; its cgroups; every namespace; the identity
-    of its root directory; its security module label. None when any of it cannot be read.
-    Each can be read by any process of the same user whatever Yama's ptrace_scope (which keeps
-    the personality to a process's ancestors: it is not read). Securebits are not shown in
-    /proc; what they change at an exec shows in the capability sets. The umask, working
-    directory and environment are handed over with each Stop instead, and the interpreter and
-    plugin are compared by the server."""
-    try:
-        parts = [
-            line
-            for line in read_proc(proc, b"status").split(b"\n")
-            if line.partition(b":")[0]
-            in {
-                b"Uid",
-                b"Gid",
-                b"Groups",
-                b"CapInh",
-                b"CapPrm",
-                b"CapEff",
-                b"CapBnd",
-                b"CapAmb",
-                b"NoNewPrivs",
-                b"Seccomp",
-                b"Seccomp_filters",
-                b"Cpus_allowed_list",
-                b"Mems_allowed_list",
-            }
-        ]
-        stat = read_proc(proc, b"stat").rpartition(b")")[2].split()
-        parts.append(b" ".join(stat[15:17] + stat[37:39]))  # priority, nice; rt priority, policy
-        parts += [read_proc(proc, b"limits"), read_proc(proc, b"cgroup")]
-        ns = posix.open(b"ns", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC, dir_fd=proc)
-        try:
-            parts += [(n + "=" + posix.readlink(n, dir_fd=ns)).encode() for n in sorted(posix.listdir(ns))]
-        finally:
-            posix.close(ns)
-        root = posix.stat(b"root", dir_fd=proc)
-        parts.append(b"root=%d:%d" % (root.st_dev, root.st_ino))
-    except (OSError, ValueError):
-        return None
-    if len(stat) < 39:
-        return None
-    try:
-        parts.append(read_proc(proc, b"attr/current"))
-    except OSError:
-        parts.append(b"-")  # no security module labels processes
-    return b"\n".join(parts)
-
-
-def socket_name(mine):
-    """The name of the socket of the server for the context fingerprinted ``mine``: a hash
-    that only routes (a collision is refused by the server's comparison, never served)."""
-    return b"stop-%016x.sock" % (int.from_bytes(mine, "little") % 0xFFFFFFFFFFFFFFC5)
-
-
 def _request() -> bytes:
     """What the server needs to be this process: who, which interpreter and plugin, the
     umask, the working directory and the environment (NUL-separated)."""
@@ -152,17 +79,22 @@ def _request() -> bytes:
 
 def _address(cache: int):
     """Where the server for this process's context would listen: its socket, named for
-    this context (a sandbox has its own server, see events/context.py), in the cache open
-    as ``cache``; None when /proc cannot tell the context."""
+    this context (a sandbox has its own server), in the cache open as ``cache``; None when
+    /proc cannot tell the context. events/context.py says how, its bytecode read from the
+    cache as an import would (it imports nothing but built-in modules)."""
+    import _frozen_importlib_external as files  # importlib's own, loaded before any line runs
+
+    sys.pycache_prefix = f"/proc/self/fd/{cache}"  # the cache checked: no swapping it
+    path = HOOKS.rpartition("/")[0] + "/lib/loopwright/events/context.py"
+    context = {"__name__": "loopwright.events.context", "__file__": path}
     try:
-        proc = posix.open(b"/proc/self", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
-    except OSError:
+        exec(files.SourceFileLoader(context["__name__"], path).get_code(context["__name__"]), context)
+    except Exception:
         return None
-    try:
-        mine = fingerprint(proc)
     finally:
-        posix.close(proc)
-    return None if mine is None else b"/proc/self/fd/%d/%s" % (cache, socket_name(mine))
+        sys.pycache_prefix = None  # the descriptor is closed after the connect
+    mine = context["own"]()
+    return None if mine is None else b"/proc/self/fd/%d/%s" % (cache, context["socket_name"](mine))
 
 
 def _connect(sock, cache: int):

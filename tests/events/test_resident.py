@@ -6,7 +6,6 @@ hook's own process. Every wait here is for a condition, with a bound."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import socket
@@ -18,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, lw_env
-from loopwright.events import context
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_bytecode import copy_plugin  # noqa: E402
@@ -234,10 +232,3 @@ def test_a_lock_taken_by_the_server_names_the_claude_code_process(looping, data,
     ran = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout)
     assert ran["code"] == 0 and json.loads(ran["stdout"])["decision"] == "block", ran
     assert json.loads(lock.read_text())["pid"] == ran["pid"]
-
-
-def test_the_launcher_fingerprints_and_names_a_context_as_the_server_does():
-    """hooks/stop.py imports no package: it has copies of events/context.py's functions."""
-    launcher = (REPO / "hooks" / "stop.py").read_text()
-    for copied in (context.read_proc, context.fingerprint, context.socket_name):
-        assert inspect.getsource(copied) in launcher, copied.__name__

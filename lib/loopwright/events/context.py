@@ -12,20 +12,18 @@ server serves only launchers in the context it runs in itself:
 - the server compares what ``/proc/<peer>`` shows of each peer with its own fingerprint and
   refuses a mismatch (``same_context``); the hash only routes, this comparison decides.
 
-``read_proc``, ``fingerprint`` and ``socket_name`` have copies in hooks/stop.py, which imports
-nothing but built-in modules (hence ``posix`` here too); tests/events/test_context.py keeps
-them equal.
+The launcher (hooks/stop.py) runs this module's code too, to name its context's socket: it
+reads its bytecode from the private cache as an import would, without the package around it.
+So this module uses nothing but built-in modules (``posix``, not ``os``: importing ``os`` costs
+a tenth of an interpreter start), the server's extension modules imported where it needs them.
 """
 
 from __future__ import annotations
 
-import _signal
-import _socket
-import os
 import posix
 import sys
 
-SO_PEERPIDFD = getattr(_socket, "SO_PEERPIDFD", 77)  # Linux 6.5; Python 3.11 does not name it
+SO_PEERPIDFD = 77  # Linux 6.5; Python 3.11's _socket does not name it
 
 
 def read_proc(proc, name):
@@ -103,34 +101,36 @@ def own() -> bytes | None:
     """This process's fingerprint; None when /proc is not of this process's pid namespace
     (then no peer's pid could be looked up in it either)."""
     try:
-        if os.readlink("/proc/self") != str(os.getpid()):
+        if posix.readlink("/proc/self") != str(posix.getpid()):
             return None
-        proc = os.open("/proc/self", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        proc = posix.open("/proc/self", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
     except OSError:
         return None
     try:
         return fingerprint(proc)
     finally:
-        os.close(proc)
+        posix.close(proc)
 
 
 def same_context(conn, mine: bytes) -> bool:
     """Whether the process at the other end of ``conn`` is this user's and its /proc shows
     the context fingerprinted ``mine``. The peer's /proc directory is opened while the peer
     is known alive (its pidfd), so a pid reused meanwhile is never read as the peer."""
+    import _socket
+
     try:
         cred = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
     except OSError:
         return False
     pid, uid = (int.from_bytes(cred[i : i + 4], sys.byteorder) for i in (0, 4))
-    if uid != os.geteuid() or pid <= 0:
+    if uid != posix.geteuid() or pid <= 0:
         return False
     try:
-        pidfd = conn.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD)
+        pidfd = conn.getsockopt(_socket.SOL_SOCKET, getattr(_socket, "SO_PEERPIDFD", SO_PEERPIDFD))
     except OSError:
         pidfd = None  # an older kernel: the pid as the connection names it
     try:
-        proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        proc = posix.open(f"/proc/{pid}", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
     except OSError:
         return False
     finally:
@@ -138,14 +138,16 @@ def same_context(conn, mine: bytes) -> bool:
     try:
         return alive and fingerprint(proc) == mine
     finally:
-        os.close(proc)
+        posix.close(proc)
 
 
 def _alive(pidfd: int) -> bool:
+    import _signal
+
     try:
         _signal.pidfd_send_signal(pidfd, 0)
         return True
     except OSError:
         return False
     finally:
-        os.close(pidfd)
+        posix.close(pidfd)
