@@ -18,8 +18,8 @@ So this module uses nothing but built-in modules (``posix``, not ``os``: importi
 a tenth of an interpreter start), the server's extension modules imported where it needs them.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` (nor annotations that need it): in the launcher that
+# import is a module of its own to find, a quarter of a millisecond.
 import posix
 import sys
 
@@ -97,7 +97,7 @@ def socket_name(mine):
     return b"stop-%016x.sock" % (int.from_bytes(mine, "little") % 0xFFFFFFFFFFFFFFC5)
 
 
-def own() -> bytes | None:
+def own():
     """This process's fingerprint; None when /proc is not of this process's pid namespace
     (then no peer's pid could be looked up in it either)."""
     try:
@@ -112,7 +112,7 @@ def own() -> bytes | None:
         posix.close(proc)
 
 
-def same_context(conn, mine: bytes) -> bool:
+def same_context(conn, mine):
     """Whether the process at the other end of ``conn`` is this user's and its /proc shows
     the context fingerprinted ``mine``. The peer's /proc directory is opened while the peer
     is known alive (its pidfd), so a pid reused meanwhile is never read as the peer."""
@@ -141,7 +141,7 @@ def same_context(conn, mine: bytes) -> bool:
         posix.close(proc)
 
 
-def _alive(pidfd: int) -> bool:
+def _alive(pidfd):
     import _signal
 
     try:
