@@ -89,12 +89,12 @@ def _address(cache: int):
     context = {"__name__": "loopwright.events.context", "__file__": path}
     try:
         exec(files.SourceFileLoader(context["__name__"], path).get_code(context["__name__"]), context)
-    except Exception:
+        mine = context["own"]()
+        return None if mine is None else b"/proc/self/fd/%d/%s" % (cache, context["socket_name"](mine))
+    except Exception:  # whatever goes wrong, no server is asked
         return None
     finally:
         sys.pycache_prefix = None  # the descriptor is closed after the connect
-    mine = context["own"]()
-    return None if mine is None else b"/proc/self/fd/%d/%s" % (cache, context["socket_name"](mine))
 
 
 def _connect(sock, cache: int):

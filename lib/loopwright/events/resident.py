@@ -8,9 +8,9 @@ Stops' launchers (hooks/stop.py) in the same context connect to its socket,
 ``<data>/pycache/stop-<hash of the context>.sock`` (events/context.py), and send their
 process id, umask, working directory and environment; once the fork that took the connection
 has found them of its own context and taken that, their standard input, output and error go
-with their "go". That child, forked ahead of time with every module of the Stop's
-path imported, becomes that Stop (those descriptors, that environment and directory) and runs
-the same ``events.entry.stop`` the hook would; each Stop gets a fresh fork, so nothing of one
+with their "go". That child, forked ahead of time with every module of the Stop's path
+imported, becomes that Stop (those descriptors, that environment and directory) and runs the
+same ``events.entry.stop`` the hook would; each Stop gets a fresh fork, so nothing of one
 Stop is left for the next. A continuing tick lets its launcher go once it is committed
 (events/stop.py's RELEASE) and writes its effects after.
 
