@@ -20,6 +20,7 @@ a tenth of an interpreter start), the server's extension modules imported where 
 
 # No ``from __future__ import annotations`` (nor annotations that need it): in the launcher that
 # import is a module of its own to find, a quarter of a millisecond.
+import errno
 import posix
 import sys
 
@@ -127,8 +128,10 @@ def same_context(conn, mine):
         return False
     try:
         pidfd = conn.getsockopt(_socket.SOL_SOCKET, getattr(_socket, "SO_PEERPIDFD", SO_PEERPIDFD))
-    except OSError:
-        pidfd = None  # an older kernel: the pid as the connection names it
+    except OSError as exc:
+        if exc.errno != errno.ENOPROTOOPT:
+            return False  # the peer is gone: its pid may be another process's already
+        pidfd = None  # a kernel before 6.5: the pid as the connection names it
     try:
         proc = posix.open(f"/proc/{pid}", posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
     except OSError:
