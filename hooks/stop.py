@@ -4,10 +4,10 @@ The server (lib/loopwright/events/resident.py) has the package imported already,
 owner's Stop it answers costs an interpreter start and one round trip. It is asked only
 through a socket in this user's private bytecode cache, the one named for this process's
 execution context (a sandbox has a server of its own), and only when the server is this
-user's; whatever goes wrong before it has taken the event (none running, one for another
-plugin copy, another context, edited code) leaves the event to this process, untouched.
-This file is parsed at every Stop: it stays small and imports nothing but built-in modules
-until it knows it must answer itself.
+user's (lib/loopwright/events/handover.py); whatever goes wrong before it has taken the event
+(none running, one for another plugin copy, another context, edited code) leaves the event
+to this process, untouched. This file is parsed at every Stop: it stays small and imports
+nothing but built-in modules until it knows it must answer itself.
 """
 
 import gc
@@ -66,90 +66,27 @@ def _cache():
     return cache
 
 
-def _request() -> bytes:
-    """What the server needs to be this process: who, which interpreter and plugin, the
-    umask, the working directory and the environment (NUL-separated)."""
-    mask = posix.umask(0o022)
-    posix.umask(mask)
-    env = [k + b"=" + v for k, v in posix.environ.items()]
-    head = [b"LW1", b"%d" % posix.getpid(), b"%d" % mask, sys.executable.encode(), HOOKS.encode()]
-    body = b"\0".join([*head, posix.getcwdb(), *env])
-    return len(body).to_bytes(4, "little") + body
-
-
-def _address(cache: int):
-    """Where the server for this process's context would listen: its socket, named for
-    this context (a sandbox has its own server), in the cache open as ``cache``; None when
-    /proc cannot tell the context. events/context.py says how, its bytecode read from the
-    cache as an import would (it imports nothing but built-in modules)."""
-    import _frozen_importlib_external as files  # importlib's own, loaded before any line runs
-
-    sys.pycache_prefix = f"/proc/self/fd/{cache}"  # the cache checked: no swapping it
-    path = HOOKS.rpartition("/")[0] + "/lib/loopwright/events/context.py"
-    context = {"__name__": "loopwright.events.context", "__file__": path}
-    try:
-        exec(files.SourceFileLoader(context["__name__"], path).get_code(context["__name__"]), context)
-        mine = context["own"]()
-        return None if mine is None else b"/proc/self/fd/%d/%s" % (cache, context["socket_name"](mine))
-    except Exception:  # whatever goes wrong, no server is asked
-        return None
-    finally:
-        sys.pycache_prefix = None  # the descriptor is closed after the connect
-
-
-def _connect(sock, cache: int):
-    """Connect to this context's server and make sure it is this user's; "absent" when there
-    is none such, None when none is to be asked."""
-    import _socket
-
-    try:
-        address = _address(cache)
-        if address is None:
-            return None
-        sock.connect(address)
-        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-    except OSError:
-        return "absent"
-    finally:
-        posix.close(cache)
-    if int.from_bytes(cred[4:8], sys.byteorder) != posix.geteuid():
-        return "absent"  # another user's socket: it is told nothing
-    return "connected"
-
-
 def ask_server():
-    """The exit code the server answered with; "absent" when none listens, "declined" when
-    the one listening leaves this event to us, None when it is not to be asked."""
+    """The exit code the resident server answered with; "absent" when none listens,
+    "declined" when the one listening leaves this event to us, None when it is not to be
+    asked. The exchange is events/handover.py's, whose bytecode is read from the cache just
+    checked (pinned by its descriptor), as an import would, rather than compiled here."""
     cache = _cache()
     if cache is None:
         return None
-    import _socket
+    import _frozen_importlib_external as files  # importlib's own, loaded before any line runs
 
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    sock.settimeout(2.0)
-    connected = _connect(sock, cache)
-    if connected != "connected":
-        return connected
+    sys.pycache_prefix = f"/proc/self/fd/{cache}"
+    path = HOOKS.rpartition("/")[0] + "/lib/loopwright/events/handover.py"
+    handover = {"__name__": "loopwright.events.handover", "__file__": path}
     try:
-        sock.sendall(_request())
-        if sock.recv(1) != b"A":  # a fork of the server took it, and us as of its own context
-            return "declined"
-        # Go, with the standard streams: only once the fork is ready for them, so a launcher
-        # that gives up on a stalled server (the timeout above) leaves nothing of itself held
-        # in its queue. From here the event is the server's: never answered twice.
-        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
-        sock.sendmsg([b"G"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-    except Exception:  # anything before "go" leaves the event to this process
-        return "declined"
-    sock.settimeout(None)  # a Stop may wait seconds for a late transcript write
-    try:
-        done = sock.recv(2)
-    except OSError:
-        done = b""
-    if len(done) == 2 and done[:1] == b"R":
-        return done[1]
-    sys.stderr.write("loopwright: the resident Stop server ended without an answer; the session may stop.\n")
-    return 1
+        exec(files.SourceFileLoader(handover["__name__"], path).get_code(handover["__name__"]), handover)
+    except Exception:  # whatever goes wrong, no server is asked
+        posix.close(cache)
+        return None
+    finally:
+        sys.pycache_prefix = None
+    return handover["ask"](cache, HOOKS)
 
 
 SERVER = ask_server()

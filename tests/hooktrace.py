@@ -1,7 +1,7 @@
 """Which process answered a Stop, read from the outside: each hook process's imports
 (`python -X importtime` through a LOOPWRIGHT_PYTHON wrapper), and whether the resident Stop
 server (lib/loopwright/events/resident.py) takes connections: each execution context has its
-socket (events/context.py), ``pycache/stop-<hash>.sock``."""
+socket (events/handover.py), ``pycache/stop-<hash>.sock``."""
 
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def in_dir(path: Path, call):
 def our_socket(cache: Path) -> Path:
     """The socket in ``cache`` of the server for this process's context, which is that of
     the hooks it runs plainly (same user, namespaces, limits, nice level...)."""
-    from loopwright.events import context
+    from loopwright.events import handover
 
-    return cache / os.fsdecode(context.socket_name(context.own()))
+    return cache / os.fsdecode(handover.socket_name(handover.own()))
 
 
 def sockets(cache: Path) -> list[Path]:

@@ -4,7 +4,7 @@ real launcher the way a sandboxed session, another local user and a stalled serv
 - a Stop launched in a sandbox (other namespaces, resource limits, no_new_privs, nice level) is
   never answered by a server started outside it: it is answered in its own process, and its
   ``--verify`` sees its own sandbox; a peer of another context that connects to the server's
-  socket itself is refused (events/context.py);
+  socket itself is refused (events/handover.py);
 - the launcher talks only to a server of its own user, reached through the data directory it
   checked: a server of another user's, at the socket's name or behind a data directory swapped
   for a link, is told nothing;

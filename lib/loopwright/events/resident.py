@@ -5,7 +5,7 @@ of its path and the tick itself; the imports were a third of it. After the first
 active loop answered in the hook's own process, that process starts this server for its
 plugin data directory and its execution context (hooks/stop_local.py's start_server). Later
 Stops' launchers (hooks/stop.py) in the same context connect to its socket,
-``<data>/pycache/stop-<hash of the context>.sock`` (events/context.py), and send their
+``<data>/pycache/stop-<hash of the context>.sock`` (events/handover.py), and send their
 process id, umask, working directory and environment; once the fork that took the connection
 has found them of its own context and taken that, their standard input, output and error go
 with their "go". That child, forked ahead of time with every module of the Stop's path
@@ -45,7 +45,7 @@ import os
 import sys
 import time
 
-from loopwright.events import context
+from loopwright.events import handover
 
 LOCK = "stop.lock"
 IDLE_ENV, DEFAULT_IDLE = "LOOPWRIGHT_RESIDENT_IDLE", 600.0
@@ -66,10 +66,10 @@ _WARM = (
 def serve(cache: str | None, hooks: str) -> int:
     """Serve Stops for the plugin whose launchers are in ``hooks``, in this process's
     execution context, until idle; 0 when another server holds the cache for this context."""
-    mine = context.own()
+    mine = handover.own()
     if cache is None or mine is None:
         return 0  # no context to tell apart: launchers answer in their own processes
-    name = context.socket_name(mine)
+    name = handover.socket_name(mine)
     held = _hold(os.path.join(cache, LOCK), int(name[5:21], 16) >> 1)  # its hash: an offset < 2**63
     if held is None:
         return 0
@@ -195,7 +195,7 @@ class Server:
             and os.getppid() == self.parent
             and _ident(self.path) == self.ident
             and not self.stale()
-            and context.own() == self.context  # e.g. reniced: its Stops would not be the launchers'
+            and handover.own() == self.context  # e.g. reniced: its Stops would not be the launchers'
         )
 
     def stale(self) -> bool:
@@ -263,7 +263,7 @@ def _answer(fd: int, server: Server) -> None:
     conn = _socket.socket(fileno=fd)
     conn.setblocking(True)
     conn.settimeout(2.0)  # a launcher that says nothing more is left to itself
-    if not context.same_context(conn, server.context):  # another user, or another sandbox
+    if not handover.same_context(conn, server.context):  # another user, or another sandbox
         conn.sendall(b"N")  # refused unread: the launcher answers in its own process
         return
     fields = _receive(conn)

@@ -1,4 +1,5 @@
-"""The execution context a Stop runs in, as the resident Stop server compares it.
+"""Handing a Stop over to the resident Stop server: who may hand it over (this user, in the
+server's own execution context) and the launcher's side of the exchange.
 
 A Stop the resident server (events/resident.py) answers runs in a fork of that server, so it
 has the server's credentials, namespaces, cgroup, resource limits, scheduling and seccomp
@@ -12,10 +13,20 @@ server serves only launchers in the context it runs in itself:
 - the server compares what ``/proc/<peer>`` shows of each peer with its own fingerprint and
   refuses a mismatch (``same_context``); the hash only routes, this comparison decides.
 
-The launcher (hooks/stop.py) runs this module's code too, to name its context's socket: it
-reads its bytecode from the private cache as an import would, without the package around it.
-So this module uses nothing but built-in modules (``posix``, not ``os``: importing ``os`` costs
-a tenth of an interpreter start), the server's extension modules imported where it needs them.
+The launcher (hooks/stop.py) checks the private cache, then runs this module's bytecode from
+it as an import would, without the package around it, and calls :func:`ask`: its own source is
+compiled at every Stop, this module's never. So this module uses nothing but built-in modules
+(``posix``, not ``os``: importing ``os`` costs a tenth of an interpreter start), ``_socket``
+and ``_signal`` where they are needed.
+
+The exchange: the launcher connects through the cache it opened and checked (so a data
+directory in a place others can write cannot be swapped under it), makes sure the server is
+this user's, and sends its process id, umask, interpreter, plugin, working directory and
+environment. The fork that took the connection checks the launcher's context, takes the
+request and says "A" (or "N": declined, the launcher answers itself); only then does the
+launcher say "G" (go), with its standard input, output and error, so a launcher that gives up
+on a stalled server has left nothing of itself held in its queue. The fork answers "R" and the
+exit code.
 """
 
 # No ``from __future__ import annotations`` (nor annotations that need it): in the launcher that
@@ -154,3 +165,57 @@ def _alive(pidfd):
         return False
     finally:
         posix.close(pidfd)
+
+
+# --- the launcher's side --------------------------------------------------------------------
+
+
+def ask(cache, hooks):
+    """Hand this Stop to the server of this context in the cache open as ``cache`` (closed
+    here), for the plugin whose launchers are in ``hooks``: the exit code it answered with;
+    "absent" when none such listens, "declined" when it leaves the event to this process,
+    None when none is to be asked. Nothing before "go" raises or answers the event."""
+    import _socket
+
+    try:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        sock.settimeout(2.0)
+        mine = own()
+        if mine is None:
+            return None
+        sock.connect(b"/proc/self/fd/%d/%s" % (cache, socket_name(mine)))
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    except Exception:  # no such server, or it cannot be reached
+        return "absent"
+    finally:
+        posix.close(cache)
+    if int.from_bytes(cred[4:8], sys.byteorder) != posix.geteuid():
+        return "absent"  # another user's socket: it is told nothing
+    try:
+        sock.sendall(_request(hooks))
+        if sock.recv(1) != b"A":
+            return "declined"
+        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
+        sock.sendmsg([b"G"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+    except Exception:  # anything before "go" leaves the event to this process
+        return "declined"
+    sock.settimeout(None)  # a Stop may wait seconds for a late transcript write
+    try:
+        done = sock.recv(2)
+    except OSError:
+        done = b""
+    if len(done) == 2 and done[:1] == b"R":
+        return done[1]
+    sys.stderr.write("loopwright: the resident Stop server ended without an answer; the session may stop.\n")
+    return 1
+
+
+def _request(hooks):
+    """What the server needs to be this process: who, which interpreter and plugin, the
+    umask, the working directory and the environment (NUL-separated)."""
+    mask = posix.umask(0o022)
+    posix.umask(mask)
+    env = [k + b"=" + v for k, v in posix.environ.items()]
+    head = [b"LW1", b"%d" % posix.getpid(), b"%d" % mask, sys.executable.encode(), hooks.encode()]
+    body = b"\0".join([*head, posix.getcwdb(), *env])
+    return len(body).to_bytes(4, "little") + body
