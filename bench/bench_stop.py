@@ -191,6 +191,11 @@ def active_project(root: Path, name: str, transcript: Path) -> tuple[Path, bytes
     settled = subprocess.run([str(STOP)], input=event, env=env, check=True, capture_output=True)
     # The loop goes on: were it ended (by a budget), its Stops would be timed on the no-loop path.
     assert json.loads(settled.stdout).get("decision") == "block", settled.stdout
+    # A resident server answers a continuing tick before it appends the history line.
+    history = project / ".loopwright" / "loops" / "prompt" / "history.jsonl"
+    deadline = time.monotonic() + 60
+    while not history.read_bytes().strip() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return project, event
 
 

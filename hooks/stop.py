@@ -2,8 +2,10 @@
 
 The server (lib/loopwright/events/resident.py) has the package imported already, so an
 owner's Stop it answers costs an interpreter start and one round trip. It is asked only
-through a socket in this user's private bytecode cache; whatever goes wrong before it has
-taken the event (none running, one for another plugin copy, edited code) leaves the event
+through a socket in this user's private bytecode cache, the one named for this process's
+execution context (a sandbox has a server of its own), and only when the server is this
+user's (lib/loopwright/events/handover.py); whatever goes wrong before it has taken the event
+(none running, one for another plugin copy, another context, edited code) leaves the event
 to this process, untouched. This file is parsed at every Stop: it stays small and imports
 nothing but built-in modules until it knows it must answer itself.
 """
@@ -20,19 +22,22 @@ if not HOOKS.startswith("/"):
     HOOKS = posix.getcwd() + "/" + HOOKS
 
 
-def _private_dir(path: bytes, mask: int) -> bool:
-    """Whether ``path`` is a directory (not a link) of this user's with none of ``mask``'s
-    mode bits: the checks state/bytecode.py's cache_dir makes, asked again here because
-    the socket is believed only where the bytecode would be."""
-    try:
-        st = posix.lstat(path)
-    except (OSError, ValueError):
-        return False
+_DIR = posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW | posix.O_CLOEXEC
+
+
+def _private(fd: int, mask: int) -> bool:
+    """Whether the open ``fd`` is a directory of this user's with none of ``mask``'s mode
+    bits: the checks state/bytecode.py's cache_dir makes, asked again here because the socket
+    is believed only where the bytecode would be."""
+    st = posix.fstat(fd)
     return st.st_mode & 0o170000 == 0o040000 and st.st_uid == posix.geteuid() and not st.st_mode & mask
 
 
-def _cache() -> bytes | None:
-    """The private bytecode cache where the server's socket would be."""
+def _cache():
+    """The private bytecode cache where the server's socket would be, open: the data
+    directory and its cache are opened without following a link and checked through what
+    was opened, and the socket is reached through it, so a data directory in a place others
+    can write cannot be swapped between the checks and the connect."""
     env = posix.environ
     if env.get(b"LOOPWRIGHT_RESIDENT") == b"0":
         return None
@@ -44,68 +49,44 @@ def _cache() -> bytes | None:
     project = env.get(b"CLAUDE_PROJECT_DIR")
     if project and (data + b"/").startswith(project.rstrip(b"/") + b"/"):
         return None  # a project's files are data, never code
-    if not (_private_dir(data, 0o022) and _private_dir(data + b"/pycache", 0o077)):
-        return None
-    return data + b"/pycache"
-
-
-def _connect(sock, cache: bytes) -> None:
-    """Connect to the server's socket in ``cache``; from within it when its full path would
-    not fit in a socket address (104 to 108 bytes)."""
-    if len(cache) < 90:
-        sock.connect(cache + b"/stop.sock")
-        return
-    here = posix.open(".", posix.O_RDONLY)
     try:
-        posix.chdir(cache)
-        sock.connect(b"stop.sock")
-    finally:
-        posix.fchdir(here)
-        posix.close(here)
-
-
-def _request() -> bytes:
-    """What the server needs to be this process: who, which interpreter and plugin, the
-    umask, the working directory and the environment (NUL-separated)."""
-    mask = posix.umask(0o022)
-    posix.umask(mask)
-    env = [k + b"=" + v for k, v in posix.environ.items()]
-    head = [b"LW1", b"%d" % posix.getpid(), b"%d" % mask, sys.executable.encode(), HOOKS.encode()]
-    body = b"\0".join([*head, posix.getcwdb(), *env])
-    return len(body).to_bytes(4, "little") + body
+        top = posix.open(data, _DIR)
+    except (OSError, ValueError):
+        return None
+    cache = None
+    try:
+        if _private(top, 0o022):
+            cache = posix.open(b"pycache", _DIR, dir_fd=top)
+            if not _private(cache, 0o077):
+                posix.close(cache)
+                cache = None
+    except OSError:
+        pass
+    posix.close(top)
+    return cache
 
 
 def ask_server():
-    """The exit code the server answered with; "absent" when none listens, "declined" when
-    the one listening leaves this event to us, None when it is not to be asked."""
+    """The exit code the resident server answered with; "absent" when none listens,
+    "declined" when the one listening leaves this event to us, None when it is not to be
+    asked. The exchange is events/handover.py's, whose bytecode is read from the cache just
+    checked (pinned by its descriptor), as an import would, rather than compiled here."""
     cache = _cache()
     if cache is None:
         return None
-    import _socket
+    import _frozen_importlib_external as files  # importlib's own, loaded before any line runs
 
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    sock.settimeout(2.0)
+    sys.pycache_prefix = f"/proc/self/fd/{cache}"
+    path = HOOKS.rpartition("/")[0] + "/lib/loopwright/events/handover.py"
+    handover = {"__name__": "loopwright.events.handover", "__file__": path}
     try:
-        _connect(sock, cache)
-    except OSError:
-        return "absent"
-    try:
-        fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
-        sock.sendmsg([_request()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-        if sock.recv(1) != b"A":
-            return "declined"
-        sock.sendall(b"G")  # from here the event is the server's: never answered twice
-    except Exception:  # anything before "go" leaves the event to this process
-        return "declined"
-    sock.settimeout(None)  # a Stop may wait seconds for a late transcript write
-    try:
-        done = sock.recv(2)
-    except OSError:
-        done = b""
-    if len(done) == 2 and done[:1] == b"R":
-        return done[1]
-    sys.stderr.write("loopwright: the resident Stop server ended without an answer; the session may stop.\n")
-    return 1
+        exec(files.SourceFileLoader(handover["__name__"], path).get_code(handover["__name__"]), handover)
+    except Exception:  # whatever goes wrong, no server is asked
+        posix.close(cache)
+        return None
+    finally:
+        sys.pycache_prefix = None
+    return handover["ask"](cache, HOOKS)
 
 
 SERVER = ask_server()

@@ -115,6 +115,8 @@ if SERVING:
     sys.exit(resident.serve(sys.pycache_prefix, HOOKS))
 EXIT[0] = stop()
 ticked = getattr(sys.modules.get("loopwright.events.stop"), "OWNER_SEEN", False)
+if ticked and sys.pycache_prefix is not None:  # the next launchers run its bytecode from the cache
+    from loopwright.events import handover  # noqa: F401
 if ticked and globals().get("SERVER") in ("absent", "declined"):  # the next Stops, answered warm
     start_server(os.path.join(HOOKS, "stop_local.py"))
 sys.exit(EXIT[0])

@@ -12,7 +12,7 @@ import pytest
 
 import fakeapi  # noqa: E402
 from e2e_support import history, is_block, loop_json, stop_answers  # noqa: E402
-from hooktrace import imported, listening, traced_python  # noqa: E402
+from hooktrace import imported, listening, our_socket, traced_python  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 def test_later_stops_are_answered_by_the_resident_server(claude, project, tmp_path):
     wrapper, traces = traced_python(tmp_path)
-    sock = claude.home / ".claude" / "plugins" / "data" / "loopwright-inline" / "pycache" / "stop.sock"
+    sock = our_socket(claude.home / ".claude" / "plugins" / "data" / "loopwright-inline" / "pycache")
 
     def once_served(reply):
         """The model's second turn comes only once the server the first Stop started listens."""

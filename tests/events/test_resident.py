@@ -14,7 +14,6 @@ import sys
 import threading
 from pathlib import Path
 
-import psutil
 import pytest
 
 from conftest import REPO, lw_env
@@ -22,94 +21,18 @@ from conftest import REPO, lw_env
 sys.path.insert(0, str(Path(__file__).parent))
 from test_bytecode import copy_plugin  # noqa: E402
 
-from hooktrace import imported, in_dir, listening, traced_python  # noqa: E402
+from hooktrace import Hook, in_dir, our_socket, plugin_data, servers_for, start_loop  # noqa: E402
 from waiting import wait_for  # noqa: E402
-
-
-def servers_for(data: Path) -> list[int]:
-    """The resident servers started for ``data`` (by the environment they were started with:
-    a hook starts one before it exits, so its absence right after a Stop is certain)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if "--serve" in (proc.info["cmdline"] or []) and proc.environ().get("CLAUDE_PLUGIN_DATA") == str(
-                data
-            ):
-                found.append(proc.pid)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.fixture
 def data(tmp_path):
-    """A plugin data directory with its private bytecode cache; its server, if any, is
-    stopped afterwards (a server whose socket is gone leaves within a second)."""
-    path = tmp_path / "data"
-    path.mkdir(mode=0o755)
-    (path / "pycache").mkdir(mode=0o700)
-    yield path
-    (path / "pycache" / "stop.sock").unlink(missing_ok=True)
+    yield from plugin_data(tmp_path)
 
 
 @pytest.fixture
 def looping(project):
-    start = [str(REPO / "bin" / "loopwright"), "-C", str(project), "start", "--session", "S1"]
-    out = subprocess.run(
-        [*start, "--max-iterations", "50", "goal"], capture_output=True, text=True, env=lw_env(), timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return project
-
-
-class Hook:
-    """Stops of session S1 through ``plugin``'s launcher, each recording what its own
-    Python process imported."""
-
-    def __init__(self, plugin: Path, project: Path, data: Path, tmp_path: Path) -> None:
-        self.plugin, self.project, self.data, self.n = plugin, project, data, 0
-        self.wrapper, self.traces = traced_python(tmp_path)
-
-    def stop(self, **env: str) -> tuple[dict | None, set[str]]:
-        """One Stop: its answer and the loopwright modules its process imported."""
-        self.n += 1
-        before = set(self.traces.iterdir())
-        event = {
-            "session_id": "S1",
-            "transcript_path": str(self.project / "none.jsonl"),
-            "cwd": str(self.project),
-            "stop_hook_active": True,
-            "last_assistant_message": f"turn {self.n}",
-        }
-        base = {
-            "CLAUDE_PROJECT_DIR": str(self.project),
-            "CLAUDE_PLUGIN_DATA": str(self.data),
-            "LOOPWRIGHT_PYTHON": str(self.wrapper),
-        }
-        out = subprocess.run(
-            [str(self.plugin / "hooks" / "stop")],
-            input=json.dumps(event),
-            capture_output=True,
-            text=True,
-            env=lw_env(**base, **env),
-            timeout=120,
-        )
-        assert out.returncode == 0, out.stderr
-        ours = {
-            n
-            for log in set(self.traces.iterdir()) - before
-            for n in imported(log)
-            if n.startswith("loopwright")
-        }
-        return (json.loads(out.stdout) if out.stdout.strip() else None), ours
-
-    @property
-    def socket(self) -> Path:
-        return self.data / "pycache" / "stop.sock"
-
-    def served(self) -> bool:
-        """Whether a server listens (a connection is taken and closed at once)."""
-        return listening(self.socket)
+    return start_loop(project)
 
 
 def iteration(project: Path) -> int:
@@ -228,7 +151,7 @@ def _dies_after_go(conn, fds):
 
 
 def test_a_declined_event_is_answered_by_the_launcher(looping, data, tmp_path):
-    fake = FakeServer(data / "pycache" / "stop.sock", _declines)
+    fake = FakeServer(our_socket(data / "pycache"), _declines)
     try:
         answer, imported = Hook(REPO, looping, data, tmp_path).stop()
     finally:
@@ -238,7 +161,7 @@ def test_a_declined_event_is_answered_by_the_launcher(looping, data, tmp_path):
 
 
 def test_a_server_lost_after_go_is_never_answered_twice(looping, data, tmp_path):
-    fake = FakeServer(data / "pycache" / "stop.sock", _dies_after_go)
+    fake = FakeServer(our_socket(data / "pycache"), _dies_after_go)
     event = {"session_id": "S1", "transcript_path": str(looping / "none.jsonl"), "cwd": str(looping)}
     env = lw_env(CLAUDE_PROJECT_DIR=str(looping), CLAUDE_PLUGIN_DATA=str(data))
     try:
@@ -255,7 +178,7 @@ def test_a_server_lost_after_go_is_never_answered_twice(looping, data, tmp_path)
 
 @pytest.mark.parametrize("mode", [0o770, 0o705])
 def test_a_socket_in_a_cache_others_can_enter_is_never_asked(looping, data, tmp_path, mode):
-    fake = FakeServer(data / "pycache" / "stop.sock", _declines)
+    fake = FakeServer(our_socket(data / "pycache"), _declines)
     (data / "pycache").chmod(mode)
     try:
         answer, imported = Hook(REPO, looping, data, tmp_path).stop()

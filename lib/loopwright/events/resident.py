@@ -3,19 +3,25 @@
 An owning session's Stop used to cost an interpreter start, the imports of the ~45 modules
 of its path and the tick itself; the imports were a third of it. After the first Stop of an
 active loop answered in the hook's own process, that process starts this server for its
-plugin data directory (hooks/stop_local.py's start_server). Later Stops' launchers
-(hooks/stop.py) connect to its socket, ``<data>/pycache/stop.sock``, and hand over their
-standard input, output and error with their process id, umask, working directory and
-environment. A child forked ahead of time, with every module of the Stop's path imported,
-takes the connection, becomes that Stop (those descriptors, that environment and directory)
-and runs the same ``events.entry.stop`` the hook would; each Stop gets a fresh fork, so
-nothing of one Stop is left for the next. A continuing tick lets its launcher go once it is
-committed (events/stop.py's RELEASE) and writes its effects after.
+plugin data directory and its execution context (hooks/stop_local.py's start_server). Later
+Stops' launchers (hooks/stop.py) in the same context connect to its socket,
+``<data>/pycache/stop-<hash of the context>.sock`` (events/handover.py), and send their
+process id, umask, working directory and environment; once the fork that took the connection
+has found them of its own context and taken that, their standard input, output and error go
+with their "go". That child, forked ahead of time with every module of the Stop's path
+imported, becomes that Stop (those descriptors, that environment and directory) and runs the
+same ``events.entry.stop`` the hook would; each Stop gets a fresh fork, so nothing of one
+Stop is left for the next. A continuing tick lets its launcher go once it is committed
+(events/stop.py's RELEASE) and writes its effects after.
 
 Safety:
 - The socket is made in the bytecode cache, a directory only this user can enter (the
-  launcher asks so before it connects, as state/bytecode.py does before it reads code),
-  and the server refuses a peer of another user where the system names it (Linux).
+  launcher opens it without following links and checks what it opened, as state/bytecode.py
+  does before it reads code, then connects through it and asks the kernel who listens).
+- A fork serves only a peer of this user whose /proc shows this server's own context
+  (namespaces, cgroup, limits, nice level, no_new_privs, capabilities, seccomp...): a Stop
+  runs with the server's, so a sandboxed session's Stop must never run here. Without /proc
+  (no context to compare) no server starts. A refused request is never read.
 - The event is the server's only once the child said it took it and the launcher said go:
   whatever fails before that (no server, a server for another copy of the plugin or another
   interpreter, a deleted working directory) leaves the event to the launcher, which answers
@@ -25,8 +31,9 @@ Safety:
   server started with). A Stop of another copy of the plugin or another interpreter is
   declined and the server leaves too, so that the copy in use starts its own.
 - It costs nothing once no loop needs it: it exits after ``LOOPWRIGHT_RESIDENT_IDLE``
-  seconds (600) with no Stop, when its socket is removed or replaced, or when its parent
-  process is gone; ``LOOPWRIGHT_RESIDENT=0`` keeps it from being started or asked.
+  seconds (600) with no Stop, when its socket is removed or replaced, when its own context
+  changes (reniced, say), or when its parent process is gone; ``LOOPWRIGHT_RESIDENT=0``
+  keeps it from being started or asked.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ import os
 import sys
 import time
 
-SOCKET, LOCK = "stop.sock", "stop.lock"
+from loopwright.events import handover
+
+LOCK = "stop.lock"
 IDLE_ENV, DEFAULT_IDLE = "LOOPWRIGHT_RESIDENT_IDLE", 600.0
 SLICE = 1.0  # how often a waiting child looks at the clock, its socket and its parent
 MAX_REQUEST = 1 << 20
@@ -55,32 +64,35 @@ _WARM = (
 
 
 def serve(cache: str | None, hooks: str) -> int:
-    """Serve Stops for the plugin whose launchers are in ``hooks`` until idle; 0 when another
-    server holds the cache already."""
-    if cache is None:
-        return 0
-    held = _hold(os.path.join(cache, LOCK))
+    """Serve Stops for the plugin whose launchers are in ``hooks``, in this process's
+    execution context, until idle; 0 when another server holds the cache for this context."""
+    mine = handover.own()
+    if cache is None or mine is None:
+        return 0  # no context to tell apart: launchers answer in their own processes
+    name = handover.socket_name(mine)
+    held = _hold(os.path.join(cache, LOCK), int(name[5:21], 16) >> 1)  # its hash: an offset < 2**63
     if held is None:
         return 0
-    for name in _WARM:
-        __import__(name)
+    for module in _WARM:
+        __import__(module)
     from loopwright import modes
 
-    for name in modes.names():  # every mode: one server answers all of a user's loops
-        modes.get(name)
-    server = Server(cache, hooks, held)
+    for mode in modes.names():  # every mode: one server answers all of a user's loops
+        modes.get(mode)
+    server = Server(cache, os.fsdecode(name), hooks, held, mine)
     server.run()
     return 0
 
 
-def _hold(path: str) -> int | None:
-    """The lock that makes one server per cache, held; None when another has it."""
+def _hold(path: str, slot: int) -> int | None:
+    """The lock that makes one server per cache and context, held: one byte of one file per
+    context (no file left behind for each context ever seen); None when another has it."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
     except OSError:
         os.close(fd)
         return None
@@ -98,8 +110,8 @@ def _idle_seconds() -> float:
 class Server:
     """The listening socket and the fork that waits on it."""
 
-    def __init__(self, cache: str, hooks: str, held: int) -> None:
-        self.path, self.held = os.path.join(cache, SOCKET), held
+    def __init__(self, cache: str, name: str, hooks: str, held: int, mine: bytes) -> None:
+        self.path, self.held, self.context = os.path.join(cache, name), held, mine
         self.hooks_given, self.hooks = os.fsencode(hooks), os.path.realpath(hooks)
         self.idle = _idle_seconds()
         self.sources = _sources()
@@ -111,7 +123,7 @@ class Server:
         os.chdir(cache)  # bound by its name here: a full path may not fit in a socket address
         old = os.umask(0o177)
         try:
-            self.sock.bind(SOCKET)
+            self.sock.bind(name)
         finally:
             os.umask(old)
         self.sock.listen(64)
@@ -183,6 +195,7 @@ class Server:
             and os.getppid() == self.parent
             and _ident(self.path) == self.ident
             and not self.stale()
+            and handover.own() == self.context  # e.g. reniced: its Stops would not be the launchers'
         )
 
     def stale(self) -> bool:
@@ -250,47 +263,47 @@ def _answer(fd: int, server: Server) -> None:
     conn = _socket.socket(fileno=fd)
     conn.setblocking(True)
     conn.settimeout(2.0)  # a launcher that says nothing more is left to itself
-    request = _receive(conn)
-    if request is None:
+    if not handover.same_context(conn, server.context):  # another user, or another sandbox
+        conn.sendall(b"N")  # refused unread: the launcher answers in its own process
         return
-    fds, fields = request
-    try:
-        if not _mine(fields, server):
-            conn.sendall(b"N")
-            server.retire()  # another copy of the plugin or another Python: its own server takes over
-            return
-        _become(fds, fields)
-        conn.sendall(b"A")
-        if conn.recv(1) != b"G":
-            return
-    finally:
-        for extra in fds:
-            os.close(extra)
-    _run(int(fields[1]), conn)
+    fields = _receive(conn)
+    if fields is None:
+        return
+    if not _mine(fields, server):
+        conn.sendall(b"N")
+        server.retire()  # another copy of the plugin or another Python: its own server takes over
+        return
+    _become(fields)
+    conn.sendall(b"A")
+    # The launcher's standard streams come with its "go" only: a launcher that gave up on a
+    # stalled server before it (2 s) has left nothing of itself held in a queued connection.
+    data, ancillary, flags, _ = conn.recvmsg(1, _socket.CMSG_SPACE(3 * 4))
+    fds = [
+        int.from_bytes(payload[i : i + 4], sys.byteorder)
+        for level, kind, payload in ancillary
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+        for i in range(0, len(payload) - len(payload) % 4, 4)
+    ]
+    whole = data == b"G" and len(fds) == 3 and not flags & _socket.MSG_CTRUNC
+    for target, stream in enumerate(fds if whole else ()):
+        os.dup2(stream, target)
+    for stream in fds:
+        os.close(stream)
+    if whole:  # else the launcher, which said go, reports that no answer came
+        _run(int(fields[1]), conn)
 
 
 def _receive(conn):
-    """(the three descriptors, the request's fields), or None for anything else."""
+    """The request's fields, or None for anything else."""
     try:
-        if hasattr(_socket, "SO_PEERCRED"):
-            cred = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-            if int.from_bytes(cred[4:8], sys.byteorder) != os.geteuid():
-                return None
-        data, ancillary, flags, _ = conn.recvmsg(1 << 16, _socket.CMSG_SPACE(3 * 4))
+        data = conn.recv(1 << 16)
     except OSError:
         return None
-    fds = []
-    for level, kind, payload in ancillary:
-        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            usable = len(payload) - len(payload) % 4
-            fds += [int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, usable, 4)]
-    body = _rest(conn, data) if len(fds) == 3 and not flags & _socket.MSG_CTRUNC else None
+    body = _rest(conn, data)
     fields = body.split(b"\0") if body is not None else []
     if len(fields) < 6 or fields[0] != b"LW1" or not (fields[1].isdigit() and fields[2].isdigit()):
-        for extra in fds:
-            os.close(extra)
         return None
-    return fds, fields
+    return fields
 
 
 def _rest(conn, data: bytes) -> bytes | None:
@@ -326,9 +339,9 @@ def _mine(fields: list, server: Server) -> bool:
         return False
 
 
-def _become(fds: list, fields: list) -> None:
-    """This process takes the launcher's place: its umask, working directory, environment
-    and standard streams (raises OSError before anything is changed for a gone directory)."""
+def _become(fields: list) -> None:
+    """This process takes the launcher's place: its umask, working directory and environment
+    (raises OSError before anything is changed for a gone directory)."""
     os.chdir(fields[5])
     os.umask(int(fields[2]) & 0o777)
     wanted = dict(item.partition(b"=")[::2] for item in fields[6:] if b"=" in item)
@@ -338,8 +351,6 @@ def _become(fds: list, fields: list) -> None:
     for key, value in wanted.items():
         if env.get(key) != value:
             env[key] = value
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
 
 
 def _run(pid: int, conn) -> None:
