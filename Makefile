@@ -24,17 +24,22 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# Workers the suite runs on (pytest-xdist; tests/scheduling.py starts the long tests first).
+# Most tests wait on processes (the Claude Code CLI, workers, PostgreSQL), so more workers
+# than cores pay: see docs/development.md for the figures. TEST_JOBS=0 runs it in one process.
+TEST_JOBS ?= 4
+
 # The whole suite: lint, then unit, property, concurrency, fault and real-CLI end-to-end tests.
 test: lint
 	$(PY) tests/claude_cli.py install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS)
 
 unit: setup
-	$(PY) -m pytest -q -m "not e2e"
+	$(PY) -m pytest -q -n $(TEST_JOBS) -m "not e2e"
 
 e2e: setup
 	$(PY) tests/claude_cli.py install
-	$(PY) -m pytest -q -m e2e
+	$(PY) -m pytest -q -n $(TEST_JOBS) -m e2e
 
 # A complete 3-iteration loop through the real Claude Code CLI with a scripted offline model.
 demo: setup
