@@ -680,7 +680,7 @@ def main() -> int:
             series.update(other_series(args, root, small, big, grow, stack, notes))
             results = {name: [] for name in series}
             # Interleave the measurements so machine noise hits all of them alike.
-            rounds = 5
+            rounds = min(5, max(1, args.runs))  # --runs 1: one Stop per series, not five
             per = max(1, args.runs // rounds)
             for _ in range(rounds):
                 for name, fn in series.items():

@@ -21,7 +21,7 @@ LIB = REPO / "lib"
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(LIB))
 
-from hypothesis import settings  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
@@ -58,8 +58,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(scheduling, "loopwright-scheduling")  # long tests first
 
 
-# No example database in the checkout: it may be added as a marketplace, copied whole.
-settings.register_profile("loopwright", database=None)
+# No example database in the checkout: it may be added as a marketplace, copied whole. No
+# clock either: a deadline per example, or the health check that finds generating them too
+# slow, fails a property test on a machine busy with other work (or with xdist's workers).
+settings.register_profile(
+    "loopwright", database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile("loopwright")
 
 

@@ -44,7 +44,7 @@ def positive(figures: dict) -> bool:
 
 def test_the_stop_benchmark_runs_and_reports_every_series(tmp_path):
     sizes = ["--big-mb", "1", "--history-lines", "100", "--task-lines", "300", "--huge-gb", "1"]
-    res = bench("bench_stop.py", "--runs", "5", *sizes, home=tmp_path / "home")
+    res = bench("bench_stop.py", "--runs", "1", *sizes, home=tmp_path / "home")
     assert positive(res["median_ms"]) and set(res["ratio_to_bare"]) == set(res["median_ms"]), res
     assert res["checks"], res
     # The one check that is not a timing: what a prompt-mode Stop imports.
