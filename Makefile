@@ -27,11 +27,11 @@ lint: setup
 # Workers the suite runs on (pytest-xdist; tests/scheduling.py starts the long tests first).
 # Most tests wait on processes (the Claude Code CLI, workers, PostgreSQL), so more workers
 # than cores pay: see docs/development.md for the figures. TEST_JOBS=0 runs it in one process.
-# A few tests at a time to a worker as it frees up (in xdist's default chunks of a quarter of the
-# suite, the first worker would get every long test); tests sharing an expensive fixture are
-# one xdist_group.
+# One test at a time to a worker as it frees up: in xdist's default chunks of a quarter of the
+# suite, the first worker would get every long test. (Not --dist loadgroup: with pytest 9 its
+# xdist_group marks group nothing.)
 TEST_JOBS ?= 4
-XDIST   = -n $(TEST_JOBS) --dist loadgroup
+XDIST   = -n $(TEST_JOBS) --maxschedchunk 1
 
 # The whole suite: lint, then unit, property, concurrency, fault and real-CLI end-to-end tests.
 test: lint

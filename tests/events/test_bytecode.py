@@ -141,7 +141,6 @@ def looping(project):
 
 
 @pytest.mark.slow  # with the module's bootstrapped plugin (installed)
-@pytest.mark.xdist_group("bytecode-installed")  # one xdist worker bootstraps it, once
 @pytest.mark.parametrize("dont_write", [None, "1"], ids=["default", "PYTHONDONTWRITEBYTECODE=1"])
 def test_a_stop_compiles_nothing_of_the_package_where_the_plugin_holds_no_bytecode(
     installed, looping, tmp_path, dont_write
@@ -177,7 +176,6 @@ def test_the_stop_hook_chooses_the_cache_as_every_other_launcher_does():
 
 
 @pytest.mark.slow  # a virtual environment made by the bootstrap
-@pytest.mark.xdist_group("bytecode-installed")
 def test_the_bootstrap_rebuilds_the_cache_only_when_the_plugin_changed(installed, tmp_path):
     plugin, data = installed
     env = lw_env(CLAUDE_PLUGIN_DATA=str(data))
