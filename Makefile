@@ -24,17 +24,26 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# Workers the suite runs on (pytest-xdist; tests/scheduling.py starts the long tests first).
+# Most tests wait on processes (the Claude Code CLI, workers, PostgreSQL), so more workers
+# than cores pay: see docs/development.md for the figures. TEST_JOBS=0 runs it in one process.
+# One test at a time to a worker as it frees up: in xdist's default chunks of a quarter of the
+# suite, the first worker would get every long test. (Not --dist loadgroup: with pytest 9 its
+# xdist_group marks group nothing.)
+TEST_JOBS ?= 4
+XDIST   = -n $(TEST_JOBS) --maxschedchunk 1
+
 # The whole suite: lint, then unit, property, concurrency, fault and real-CLI end-to-end tests.
 test: lint
 	$(PY) tests/claude_cli.py install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 unit: setup
-	$(PY) -m pytest -q -m "not e2e"
+	$(PY) -m pytest -q $(XDIST) -m "not e2e"
 
 e2e: setup
 	$(PY) tests/claude_cli.py install
-	$(PY) -m pytest -q -m e2e
+	$(PY) -m pytest -q $(XDIST) -m e2e
 
 # A complete 3-iteration loop through the real Claude Code CLI with a scripted offline model.
 demo: setup

@@ -61,6 +61,7 @@ REPO = Path(__file__).resolve().parent.parent
 STOP = REPO / "hooks" / "stop"
 SESSION_START = REPO / "hooks" / "session-start"
 CLI = REPO / "bin" / "loopwright"
+sys.path.insert(0, str(REPO / "lib"))  # for written() alone: every Stop runs as a process
 PLUGIN_DATA: list[Path] = []  # the plugin data directory every hook is given, once made
 
 
@@ -191,12 +192,18 @@ def active_project(root: Path, name: str, transcript: Path) -> tuple[Path, bytes
     settled = subprocess.run([str(STOP)], input=event, env=env, check=True, capture_output=True)
     # The loop goes on: were it ended (by a budget), its Stops would be timed on the no-loop path.
     assert json.loads(settled.stdout).get("decision") == "block", settled.stdout
-    # A resident server answers a continuing tick before it appends the history line.
-    history = project / ".loopwright" / "loops" / "prompt" / "history.jsonl"
-    deadline = time.monotonic() + 60
-    while not history.read_bytes().strip() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    written(project)
     return project, event
+
+
+def written(project: Path, name: str = "prompt") -> None:
+    """Wait until the loop's last Stop has written everything: a Stop the resident server
+    answers lets its launcher go once the tick is committed and writes the history and journal
+    after, holding the loop's mutex until then (lib/loopwright/events/stop.py's RELEASE)."""
+    from loopwright.state import loops
+
+    with loops.loop_mutex(loops.LoopPaths(project / ".loopwright", name)):
+        pass
 
 
 # Forked from a fresh interpreter: Linux carries a process's peak RSS across exec.
@@ -401,7 +408,11 @@ def mode_loop(root: Path, name: str, command: str, transcript: Path, env: dict) 
     project = root / name
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    subprocess.run(["git", "-C", str(project), "commit", "-q", "--allow-empty", "-m", "init"], check=True)
+    # Its own identity: a machine where git has none (a fresh HOME, CI) runs the bench too.
+    ident = ["-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    subprocess.run(
+        ["git", "-C", str(project), *ident, "commit", "-q", "--allow-empty", "-m", "init"], check=True
+    )
     if env.get("LW_REMOTE"):
         subprocess.run(["git", "-C", str(project), "remote", "add", "origin", env["LW_REMOTE"]], check=True)
     for i in range(3):
@@ -669,7 +680,7 @@ def main() -> int:
             series.update(other_series(args, root, small, big, grow, stack, notes))
             results = {name: [] for name in series}
             # Interleave the measurements so machine noise hits all of them alike.
-            rounds = 5
+            rounds = min(5, max(1, args.runs))  # --runs 1: one Stop per series, not five
             per = max(1, args.runs // rounds)
             for _ in range(rounds):
                 for name, fn in series.items():

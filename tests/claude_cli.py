@@ -78,14 +78,17 @@ def _bin_path(prefix: Path) -> Path:
 
 
 def _version_ok(binary: Path, version: str) -> bool:
+    # A HOME of its own: the CLI writes its settings there, and /tmp is shared with every
+    # other process (xdist's workers included).
     try:
-        out = subprocess.run(
-            [str(binary), "--version"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**_base_env(), "HOME": tempfile.gettempdir()},
-        )
+        with tempfile.TemporaryDirectory(prefix="lw-claude-home-") as home:
+            out = subprocess.run(
+                [str(binary), "--version"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**_base_env(), "HOME": home},
+            )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return out.returncode == 0 and out.stdout.strip().startswith(version)

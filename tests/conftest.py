@@ -3,8 +3,10 @@ with this repository loaded as a plugin."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,7 +21,7 @@ LIB = REPO / "lib"
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(LIB))
 
-from hypothesis import settings  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import claude_cli  # noqa: E402
 import fakeapi  # noqa: E402
@@ -31,7 +33,17 @@ from pgcluster import pg_cluster, pg_url, pytest_collection_modifyitems, reg, re
 # $XDG_CONFIG_HOME: one scratch directory for the whole run, shared by in-process
 # calls, CLI subprocesses and the real Claude Code CLI, never the developer's own.
 KEY_HOME = tempfile.mkdtemp(prefix="lw-test-config-")
+atexit.register(shutil.rmtree, KEY_HOME, True)  # one per process (and xdist worker): none left behind
 os.environ["XDG_CONFIG_HOME"] = KEY_HOME
+
+# git as on a machine where it knows no one: no global or system setting of the developer's
+# (an identity, commit.gpgsign, hooks) reaches a test, and useConfigOnly keeps git from making
+# up an identity from the host name. So a test or bench that commits without naming its own
+# author fails on every machine, not only on a fresh one (issue 27).
+GIT_CONFIG = Path(KEY_HOME) / "gitconfig"
+GIT_CONFIG.write_text("[user]\n\tuseConfigOnly = true\n")
+os.environ["GIT_CONFIG_GLOBAL"] = str(GIT_CONFIG)
+os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
 
 # Every test's plugin data directory gets its own resident Stop server once a loop's Stop
 # has run there (lib/loopwright/events/resident.py): let each go 20 s after its last Stop
@@ -39,8 +51,19 @@ os.environ["XDG_CONFIG_HOME"] = KEY_HOME
 RESIDENT_IDLE = "20"
 os.environ["LOOPWRIGHT_RESIDENT_IDLE"] = RESIDENT_IDLE
 
-# No example database in the checkout: it may be added as a marketplace, copied whole.
-settings.register_profile("loopwright", database=None)
+
+def pytest_configure(config: pytest.Config) -> None:
+    import scheduling
+
+    config.pluginmanager.register(scheduling, "loopwright-scheduling")  # long tests first
+
+
+# No example database in the checkout: it may be added as a marketplace, copied whole. No
+# clock either: a deadline per example, or the health check that finds generating them too
+# slow, fails a property test on a machine busy with other work (or with xdist's workers).
+settings.register_profile(
+    "loopwright", database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile("loopwright")
 
 

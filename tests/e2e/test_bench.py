@@ -6,20 +6,32 @@ and the Stops decided without Python (tests/events/test_launcher.py)."""
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 
 
-def bench(script: str, *args: str) -> dict:
+def fresh_machine(home: Path) -> dict:
+    """The environment of a machine where git knows no one: a new HOME and configuration
+    directory, no system configuration, no identity in the environment. What commits must
+    name its own author."""
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "EMAIL"))}
+    return dict(env, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1")
+
+
+def bench(script: str, *args: str, home: Path) -> dict:
     out = subprocess.run(
         [sys.executable, str(REPO / "bench" / script), *args, "--json"],
         capture_output=True,
         text=True,
         timeout=900,
+        env=fresh_machine(home),
     )
     assert out.returncode == 0, out.stderr  # without --check, a missed target is not a failure
     return json.loads(out.stdout)
@@ -30,9 +42,9 @@ def positive(figures: dict) -> bool:
     return bool(values) and all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in values)
 
 
-def test_the_stop_benchmark_runs_and_reports_every_series():
+def test_the_stop_benchmark_runs_and_reports_every_series(tmp_path):
     sizes = ["--big-mb", "1", "--history-lines", "100", "--task-lines", "300", "--huge-gb", "1"]
-    res = bench("bench_stop.py", "--runs", "5", *sizes)
+    res = bench("bench_stop.py", "--runs", "1", *sizes, home=tmp_path / "home")
     assert positive(res["median_ms"]) and set(res["ratio_to_bare"]) == set(res["median_ms"]), res
     assert res["checks"], res
     # The one check that is not a timing: what a prompt-mode Stop imports.
@@ -40,21 +52,21 @@ def test_the_stop_benchmark_runs_and_reports_every_series():
     assert imports == [True], res["checks"]
 
 
-def test_the_task_benchmark_runs_and_reports_its_growth():
-    res = bench("bench_tasks.py", "--lines", "4000", "--runs", "1")
+def test_the_task_benchmark_runs_and_reports_its_growth(tmp_path):
+    res = bench("bench_tasks.py", "--lines", "4000", "--runs", "1", home=tmp_path / "home")
     assert [r["lines"] for r in res["rows"]] == [1000, 2000, 4000], res
     assert all(positive({k: v for k, v in r.items() if k != "lines"}) for r in res["rows"]), res
     assert set(res["growth_4x"]) == {"task_list_ms", "router_render_ms"} and isinstance(res["linear"], bool)
 
 
-def test_the_fleet_benchmark_runs_and_reports_every_series():
+def test_the_fleet_benchmark_runs_and_reports_every_series(tmp_path):
     import pgcluster
 
     if pgcluster.unavailable():
         pytest.skip(pgcluster.unavailable())
     claims = ["--claims", "200", "--levels", "1,3", "--rounds", "1"]
     load = ["--loops", "20", "--workers", "2", "--simulate", "20", "--speedup", "20"]
-    res = bench("bench_fleet.py", *claims, *load)
+    res = bench("bench_fleet.py", *claims, *load, home=tmp_path / "home")
     assert [(c["how"], c["processes"]) for c in res["claims"]] == [
         (how, n) for n in (1, 3) for how in ("registry", "worker", "bare")
     ], res

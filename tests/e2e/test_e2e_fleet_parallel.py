@@ -13,8 +13,10 @@ turn (the first, or a wait for the worker to reserve the next item) is one line.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import threading
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import pytest
 
 import fakeapi
 import fakegithub
-from fleetkit import lw, make_remote, row_of, start_worker, stop_worker
+from fleetkit import lw, make_remote, row_of, start_worker, stop_worker, working_in
 from loopwright.registry import open_registry
 from proctree import kill_tree
 from waiting import wait_for
@@ -203,3 +205,38 @@ def test_a_loop_whose_worker_dies_keeps_its_item_on_the_other_worker(pg_url, rem
     )
     assert ended["grind-2"]["outcome"] == "BACKLOG_EMPTY"
     check_each_issue_worked_by_one_loop(pg_url, rows, agent, github, issues)
+
+
+def test_the_item_taken_at_the_last_stop_stays_the_loops_when_its_worker_looks_only_after(
+    pg_url, remote, tmp_path, github
+):
+    """The worker marks what a loop took when it looks between Stops; a loop that takes its last
+    item and ends before the worker looks again (a busy machine) still took it: the worker looks
+    once more before the loop's row ends, so the item is done, not handed back to the backlog.
+    Here the worker is frozen (SIGSTOP) from the item's turn until its runner has gone."""
+    rows = submit_parallel(pg_url, remote)
+    issue = f"#{github.add_issue('Widget 1', CRITERIA)}"
+    frozen: list[int] = []
+
+    def freeze_the_worker(machine, loop, first):
+        if not frozen:
+            frozen.append(workers[0].pid)
+            os.kill(workers[0].pid, signal.SIGSTOP)  # its runner and client go on
+
+    agent = Agent(freeze_the_worker)
+    with fakeapi.ScriptedServer(default=agent) as server:
+        # A lease no freeze here outlasts: the claim stands when the worker goes on.
+        workers = [worker(pg_url, remote, tmp_path, server, github, "a", "--lease", "600")]
+        clone = tmp_path / "data-a" / "work" / "grind-1"
+        try:
+            wait_for(lambda: frozen, "grind-1's item turn", within=WITHIN, every=0.2, proc=workers[0])
+            wait_for(lambda: not working_in(clone), "grind-1's runner and client to end", within=WITHIN)
+            os.kill(workers[0].pid, signal.SIGCONT)
+            ended = finished(pg_url, "grind-1", workers[0])
+        finally:
+            if frozen:
+                os.kill(workers[0].pid, signal.SIGCONT)
+            logs = [stop_worker(w) for w in workers]
+    assert [i for _, _, i in agent.worked] == [issue] and ended["status"] == "ended", logs
+    states = item_states(pg_url, rows["grind-1"]["spec"]["backlog"])
+    assert [(s["item"], s["state"], s["loop_id"]) for s in states] == [(issue, "done", rows["grind-1"]["id"])]

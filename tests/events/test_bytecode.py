@@ -140,6 +140,7 @@ def looping(project):
     return project
 
 
+@pytest.mark.slow  # with the module's bootstrapped plugin (installed)
 @pytest.mark.parametrize("dont_write", [None, "1"], ids=["default", "PYTHONDONTWRITEBYTECODE=1"])
 def test_a_stop_compiles_nothing_of_the_package_where_the_plugin_holds_no_bytecode(
     installed, looping, tmp_path, dont_write
@@ -174,6 +175,7 @@ def test_the_stop_hook_chooses_the_cache_as_every_other_launcher_does():
     assert inspect.getsource(bytecode.cache_dir) in (REPO / "hooks" / "stop_local.py").read_text()
 
 
+@pytest.mark.slow  # a virtual environment made by the bootstrap
 def test_the_bootstrap_rebuilds_the_cache_only_when_the_plugin_changed(installed, tmp_path):
     plugin, data = installed
     env = lw_env(CLAUDE_PLUGIN_DATA=str(data))

@@ -272,6 +272,7 @@ def test_the_deferred_final_tick_imports_nothing_from_the_project(kit, shadowed,
     kit.assert_clean("the deferred final tick")
 
 
+@pytest.mark.slow  # a virtual environment made by the bootstrap
 def test_the_bootstrap_builds_the_venv_from_its_own_directory(kit, shadowed, tmp_path):
     """The first SessionStart with a new data directory: `python3 -m venv` and pip."""
     data = tmp_path / "data"

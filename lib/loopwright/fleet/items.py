@@ -61,9 +61,11 @@ class Share:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._write(self.slot._read(self.slot.w.registry.held, self.backlog))
 
-    def poll(self) -> None:
-        """When the loop's state changed (a Stop): mark what it took, reserve ahead, write the list."""
-        if time.monotonic() < self.retry_at:
+    def poll(self, final: bool = False) -> None:
+        """When the loop's state changed (a Stop): mark what it took, reserve ahead, write the list.
+        ``final``: once more after the runner exited, even while waiting to retry: what the loop
+        took at its last Stop is marked before its row ends and its reserved items go back."""
+        if time.monotonic() < self.retry_at and not final:
             return
         state = self.slot._budget().get("mode_state")
         seen = jsoncodec.dumps(state)

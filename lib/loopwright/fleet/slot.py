@@ -217,6 +217,8 @@ class Slot:
         if self.proc is None or self.lost.is_set() or self.row.get("_released") or self.row.get("_ended"):
             return
         self.causes.report(wait=True)
+        if self.share is not None:  # an item taken at the last Stop, before the row ends (fleet/items.py)
+            self.share.poll(final=True)
         self._sync(self._iterations(), final=True)
         cfg = self._local_config()
         ended = bool(cfg) and cfg.get("status") == loops.ENDED
