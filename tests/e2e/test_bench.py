@@ -77,13 +77,16 @@ def test_the_fleet_benchmark_runs_and_reports_every_series(tmp_path):
     assert beats["loops"] == 20 and beats["writes"] > 0 and beats["server_share_of_one_core"] > 0, beats
 
 
-def test_the_fleet_scale_benchmark_runs_and_reports_every_figure():
+def test_the_fleet_scale_benchmark_runs_and_reports_every_figure(tmp_path):
     import pgcluster
 
     if pgcluster.unavailable():
         pytest.skip(pgcluster.unavailable())
     sizes = ["--sizes", "20,40", "--queued", "20", "--workers", "4", "--procs", "2"]
-    res = bench("bench_fleet_scale.py", *sizes, "--iteration", "5", "--simulate", "10", "--speedup", "5")
+    res = bench(
+        "bench_fleet_scale.py", *sizes, "--iteration", "5", "--simulate", "10", "--speedup", "5",
+        home=tmp_path / "home",
+    )  # fmt: skip
     assert [r["running"] for r in res["runs"]] == [20, 40], res
     for run in res["runs"]:
         figures = {k: float(run[k]) for k in ("writes_per_second", "leases_renewed_per_second")}
@@ -91,10 +94,13 @@ def test_the_fleet_scale_benchmark_runs_and_reports_every_figure():
         assert positive(dict(figures, api=float(run["api_fleet"]["p95_ms"]))), run
 
 
-def test_the_metrics_benchmark_runs_and_reports_each_registry():
+def test_the_metrics_benchmark_runs_and_reports_each_registry(tmp_path):
     import pgcluster
 
-    res = bench("bench_metrics.py", "--loops", "200", "--events", "3", "--scrapes", "6", "--new", "10")
+    res = bench(
+        "bench_metrics.py", "--loops", "200", "--events", "3", "--scrapes", "6", "--new", "10",
+        home=tmp_path / "home",
+    )  # fmt: skip
     assert set(res) == ({"sqlite"} if pgcluster.unavailable() else {"sqlite", "postgres"}), res
     for figures in res.values():
         assert positive({k: float(figures[k]) for k in ("first_ms", "median_ms", "p95_ms", "bytes")}), res

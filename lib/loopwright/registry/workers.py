@@ -45,7 +45,7 @@ BEAT = (
     "host = excluded.host, slots = excluded.slots, used = excluded.used, account = excluded.account, "
     "loops = excluded.loops, beat_at = excluded.beat_at, token = excluded.token, "
     "live_for = excluded.live_for, allow_repo = excluded.allow_repo, allow_verify = excluded.allow_verify, "
-    "lease = excluded.lease"
+    "lease = excluded.lease, stopped_at = NULL"  # a worker that beats has not stopped
 )
 HOLD = BEAT + ", started_at = excluded.started_at WHERE " + MINE
 
