@@ -97,18 +97,28 @@ def short_of_reserve(budget: dict, skip: tuple) -> tuple[str | None, str, list[s
     wrap-up: the next turn is the wrap-up, and the loop ends exhausted after it."""
     if not enabled(budget) or open_record(budget):
         return None, "", []
+    short = _first_short(budget, skip, reserve)
+    if short is None:
+        return None, "", []
+    dim, left, need = short
+    reason = (
+        f"{budgets.describe(budget, dim)}: what is left ({budgets.fmt(dim, left)}) would not pay for "
+        f"another iteration and a wrap-up turn ({budgets.fmt(dim, need)} kept back)"
+    )
+    return EXHAUSTED + dim, reason, [budgets.STOP_CONDITION[dim], "wrap_up_reserve"]
+
+
+def _first_short(budget: dict, skip: tuple, need_of):
+    """(dimension, left, needed) of the first dollar or token ceiling whose remainder is less
+    than ``need_of(budget, dimension)``, or None."""
     for dim in PRE_CEILING:
         cap = budgets.ceiling(budget, dim)
         if dim in skip or cap is None:
             continue
-        left, need = cap - budgets.used(budget, dim), reserve(budget, dim)
+        left, need = cap - budgets.used(budget, dim), need_of(budget, dim)
         if left < need:
-            reason = (
-                f"{budgets.describe(budget, dim)}: what is left ({budgets.fmt(dim, left)}) would not pay for "
-                f"another iteration and a wrap-up turn ({budgets.fmt(dim, need)} kept back)"
-            )
-            return EXHAUSTED + dim, reason, [budgets.STOP_CONDITION[dim], "wrap_up_reserve"]
-    return None, "", []
+            return dim, left, need
+    return None
 
 
 def earns_turn(budget: dict, outcome: str, skip: tuple = ()) -> tuple[bool, str]:
@@ -120,17 +130,14 @@ def earns_turn(budget: dict, outcome: str, skip: tuple = ()) -> tuple[bool, str]
     cap = budgets.ceiling(budget, dim)
     if dim in PRE_CEILING and cap is not None and budgets.used(budget, dim) >= cap:
         return False, f"the {dim} ceiling was already reached, so there is no wrap-up turn to spend past it"
-    for each in PRE_CEILING:
-        cap = budgets.ceiling(budget, each)
-        if each in skip or cap is None:
-            continue
-        left, need = cap - budgets.used(budget, each), wrap_up_cost(budget, each)
-        if left < need:
-            return False, (
-                f"what is left of the {each} ceiling ({budgets.fmt(each, left)}) would not pay for a wrap-up "
-                f"turn (about {budgets.fmt(each, need)}), so there is none: it would spend past the ceiling"
-            )
-    return True, ""
+    short = _first_short(budget, skip, wrap_up_cost)
+    if short is None:
+        return True, ""
+    each, left, need = short
+    return False, (
+        f"what is left of the {each} ceiling ({budgets.fmt(each, left)}) would not pay for a wrap-up "
+        f"turn (about {budgets.fmt(each, need)}), so there is none: it would spend past the ceiling"
+    )
 
 
 def open_turn(budget: dict, outcome: str, reason: str, fired: list[str], iteration: int, stamp: str) -> dict:
