@@ -85,6 +85,19 @@ def servers_for(data: Path) -> list[int]:
     return found
 
 
+def resident_leaders(data: Path) -> list[int]:
+    """The servers for ``data`` that lead their own session: the resident server itself, not a
+    fork answering one Stop (which may exit between the listing and this look at it)."""
+    leaders = []
+    for pid in servers_for(data):
+        try:
+            if os.getsid(pid) == pid:
+                leaders.append(pid)
+        except ProcessLookupError:
+            continue
+    return leaders
+
+
 def plugin_data(tmp_path: Path):
     """A plugin data directory with its private bytecode cache (a fixture's body: its
     servers, if any, are stopped afterwards; a server whose socket is gone leaves within a

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, lw_env
-from hooktrace import Hook, listening, plugin_data, servers_for, sockets, start_loop
+from hooktrace import Hook, listening, plugin_data, resident_leaders, sockets, start_loop
 from waiting import wait_for
 
 ROOT = os.geteuid() == 0
@@ -359,7 +359,8 @@ def test_a_launcher_that_gives_up_on_a_stalled_server_leaves_nothing_held(loopin
     hook = Hook(REPO, looping, data, tmp_path)
     hook.stop()
     wait_for(hook.served, "the server")
-    [server] = [pid for pid in servers_for(data) if os.getsid(pid) == pid]  # not its waiting fork
+    wait_for(lambda: len(resident_leaders(data)) == 1, "one resident server")
+    [server] = resident_leaders(data)
     history = looping / ".loopwright" / "loops" / "prompt" / "history.jsonl"
     wait_for(lambda: len(history.read_text().splitlines()) == 1, "the first Stop's history")
     os.killpg(server, signal.SIGSTOP)  # the server and its waiting fork: connections queue
