@@ -66,7 +66,10 @@ class PostgresBackend(Backend):
             check=self._check_idle,
             configure=self._configure,
             # Autocommit: a statement of once() is a transaction of its own; tx() opens one.
-            kwargs={"autocommit": True, "connect_timeout": int(CONNECT_SECONDS)},
+            # Every statement is prepared the first time a connection runs it (psycopg's default
+            # waits for the fifth): the claim's statement costs more to plan than to run, and a
+            # worker that starts claiming at once would otherwise plan it anew five times.
+            kwargs={"autocommit": True, "connect_timeout": int(CONNECT_SECONDS), "prepare_threshold": 0},
             open=True,
             name="loopwright",
         )
