@@ -332,3 +332,23 @@ def test_every_launcher_reads_the_cache(project, tmp_path):
         out = subprocess.run(cmd, input=stdin, env=cli_env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
     assert ran("events/entry.py") == 4 and ran("cli/main.py") == 1
+
+
+def test_a_command_keeps_only_the_packages_bytecode_in_the_cache(tmp_path):
+    """A command started with a new data directory compiles the package into the cache and
+    nothing else: the standard library's and click's bytecode are read beside their sources,
+    where they were compiled when Python and the virtualenv were installed. (Every module
+    under the cache made such a start compile the standard library and click again.)"""
+    plugin = copy_plugin(tmp_path / "plugin", blocked=True)
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    cmd = [str(plugin / "bin" / "loopwright"), "fleet", "--help"]
+    env = lw_env(LOOPWRIGHT_DATA=str(data))
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    cached = [p.relative_to(data / "pycache") for p in (data / "pycache").rglob("*.pyc")]
+    lib = (plugin / "lib").relative_to("/")
+    ours = [p for p in cached if p.is_relative_to(lib / "loopwright")]
+    tag = sys.implementation.cache_tag
+    assert lib / "loopwright" / "cli" / f"main.{tag}.pyc" in ours, cached
+    assert ours == cached, [str(p) for p in cached if p not in ours][:5]
