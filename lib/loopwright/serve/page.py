@@ -254,14 +254,23 @@ document.getElementById('tl-close').onclick = () => {
   tl = null; document.getElementById('timeline').hidden = true;
 };
 __FLEET_JS__
-fetch('/api/loops').then(r => r.json()).then(render);
-const events = new EventSource('/api/events');
-events.addEventListener('loops', e => {
-  document.getElementById('live').textContent = 'live';
-  render(JSON.parse(e.data));
-});
-events.addEventListener('fleet', e => renderFleet(JSON.parse(e.data)));
-events.onerror = () => { document.getElementById('live').textContent = 'reconnecting…'; };
+// The page's frame is painted first and its data asked for after: a fleet's first message
+// (hundreds of rows) handled before the first paint held the whole page back.
+let started = false;
+function start() {
+  if (started) return;
+  started = true;
+  fetch('/api/loops').then(r => r.json()).then(render);
+  const events = new EventSource('/api/events');
+  events.addEventListener('loops', e => {
+    document.getElementById('live').textContent = 'live';
+    render(JSON.parse(e.data));
+  });
+  events.addEventListener('fleet', e => renderFleet(JSON.parse(e.data)));
+  events.onerror = () => { document.getElementById('live').textContent = 'reconnecting…'; };
+}
+requestAnimationFrame(() => setTimeout(start, 0));
+setTimeout(start, 100);  // a page opened in a background tab gets no frames until shown
 </script>
 </body>
 </html>
