@@ -135,3 +135,38 @@ def test_a_gate_answer_raises_the_ceiling_and_goes_into_the_timeline(reg):
                              "user": "ann", "raised": {"max_dollars": [5, 9]}}  # fmt: skip
     assert reg.record_gate_answer(seen, "stop", "page") is None  # the row moved on since it was read
     assert reg.fleet_loop("gated")["gate"]["answer"] == "raise"
+
+
+def test_a_loop_that_changes_while_the_page_is_read_is_listed_once(reg, registry_url, monkeypatch):
+    """The page's parts (held, failed, queued, the rest) are read in one snapshot: a loop that
+    ends between the read of the held loops and the read of the ended ones is listed once."""
+    if not registry_url.startswith("postgresql://"):
+        pytest.skip("the embedded database's transaction holds every writer off while it reads")
+    from loopwright.registry import open_registry
+
+    submit(reg, "a")
+    row = reg.claim("w", "h", lease=60)
+    other, reads = open_registry(registry_url), []
+    real = type(reg.backend)._tx_on
+
+    def tx_on(backend, conn):
+        tx = real(backend, conn)
+        rows = tx.rows
+
+        def counted(sql, args=()):
+            got = rows(sql, args)
+            reads.append(sql)
+            if len(reads) == 1:  # the held loops are read: the loop ends now
+                other.finish(row["id"], row["generation"], "LOOP_DONE", "done")
+            return got
+
+        tx.rows = counted
+        return tx
+
+    try:
+        reg.listed_columns()  # read before: the page's reads are the ones counted
+        monkeypatch.setattr(type(reg.backend), "_tx_on", tx_on)
+        names = [r["name"] for r in reg.page_loops(limit=20)]
+    finally:
+        other.close()
+    assert names == ["a"], names

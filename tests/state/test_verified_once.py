@@ -67,3 +67,23 @@ def test_an_old_copy_put_back_after_the_end_is_refused_in_the_same_process(proje
     os.chmod(paths.config, 0o600)
     with pytest.raises(loops.EndedCopy):
         loops.load_config(paths)
+
+
+def test_a_read_between_the_last_save_and_the_record_of_the_end_reads_the_end(project, counted, monkeypatch):
+    """A loop that ends saves loop.json, then records its end. A reader (the runner polling)
+    that read the active save just before and the record just after reads the file once more
+    and finds the loop ended, instead of calling it an older copy (a CI run failed on it)."""
+    paths, _ = counted
+    stale = loops.load_config(paths)
+    assert cli(project, "cancel", "prompt").returncode == 0  # a new save (ended), then the record
+    real, served = loops.store.read_json, []
+
+    def read_json(path, **kw):
+        if path == paths.config and not served:
+            served.append(1)
+            return dict(stale)  # what a read just before the end's save returned
+        return real(path, **kw)
+
+    monkeypatch.setattr(loops.store, "read_json", read_json)
+    cfg = loops.load_config(paths)
+    assert served and cfg["status"] != loops.ACTIVE

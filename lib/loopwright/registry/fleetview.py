@@ -83,6 +83,11 @@ class FleetView:
         out: list[dict] = []
         columns = self.listed_columns()  # before the transaction: the first call reads the table
         with self.backend.tx() as tx:
+            if self.backend.dialect == "postgres":
+                # One snapshot for every part: under READ COMMITTED each statement reads the
+                # table anew, and a loop whose status changed between two parts was listed
+                # twice (a gate answered: "needs an answer" and "stuck" at once) or not at all.
+                tx.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             for part in PAGE_PARTS:
                 room = limit - len(out)
                 if part is PAGE_PARTS[1]:

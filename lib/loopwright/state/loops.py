@@ -280,7 +280,7 @@ def heal_owner_index(paths: LoopPaths, cfg: dict) -> None:
 _VERIFIED: dict[str, tuple] = {}  # loop.json files this process verified (see load_config)
 
 
-def load_config(paths: LoopPaths, *, move_corrupt: bool = True) -> dict | None:
+def load_config(paths: LoopPaths, *, move_corrupt: bool = True, again: bool = True) -> dict | None:
     """loop.json, only if this user's loopwright wrote it for this project and name.
 
     None when there is none. UntrustedLoop when it does not parse or is not signed
@@ -315,6 +315,11 @@ def load_config(paths: LoopPaths, *, move_corrupt: bool = True) -> dict | None:
         raise store.CorruptFile(paths.config, moved, f"wrong shape: {exc}") from None
     if cfg.get("status") == ACTIVE:
         why = trust.ended_earlier(cfg, paths.state, paths.name)
+        if why and again and _replaced_since(paths, cfg):
+            # A loop that ends saves loop.json, then records its end: this read came between
+            # the two (the runner polling while the last Stop ends the loop). The new save says
+            # how it ended; read once more.
+            return load_config(paths, move_corrupt=move_corrupt, again=False)
         if why:
             raise EndedCopy(paths.name, why)
     _VERIFIED[str(paths.config)] = (seen, jsoncodec.loads(jsoncodec.dumps(cfg)))  # a copy no caller holds
@@ -444,6 +449,14 @@ def save_config(paths: LoopPaths, cfg: dict) -> dict:
     if signed.get("status") == ENDED:
         trust.record_ended(signed, paths.state, paths.name)
     return signed
+
+
+def _replaced_since(paths: LoopPaths, cfg: dict) -> bool:
+    """Whether loop.json holds something other than ``cfg`` now (read as it was read)."""
+    try:
+        return store.read_json(paths.config, move_corrupt=False) != cfg
+    except store.CorruptFile:
+        return False
 
 
 def sign_config(paths: LoopPaths, cfg: dict) -> dict:
