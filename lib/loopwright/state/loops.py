@@ -168,7 +168,7 @@ def _real_dir(path: Path) -> bool:
         raise UnsafePath(f"{path} is a symlink; loopwright does not follow symlinks in its state (remove it)")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePath(f"{path} is not a directory; remove it")
-    why = _dir_problem(path, st)
+    why = store.dir_problem(path, st)
     if why:
         raise UnsafePath(why)
     return True
@@ -338,35 +338,14 @@ def check_loop_dir(paths: LoopPaths) -> None:
         return
     if not stat.S_ISDIR(st.st_mode):
         _real_dir(paths.dir)  # says why in its words: a symlink, or not a directory
-    why = _foreign("its directory", st)
+    why = store.changeable_by_others("its directory", st)
     if why is None:
         try:
-            why = _foreign("its loop.json", os.lstat(paths.config))
+            why = store.changeable_by_others("its loop.json", os.lstat(paths.config))
         except FileNotFoundError:
             pass
     if why:
         raise UntrustedLoop(paths.name, why)
-
-
-def _dir_problem(path: object, st: os.stat_result) -> str | None:
-    """Why the directory ``path`` may not hold loopwright's state (another user owns it or can
-    write it: they could edit the owner index, plant a FIFO, put back an old copy), or None."""
-    why = store.others_can_change(st)
-    if why is None:
-        return None
-    if why.startswith("belongs"):
-        return (
-            f"{path} {why} and loopwright keeps state only in directories you own; "
-            f"move it away (mv '{path}' '{path}.untrusted') and start again"
-        )
-    return f"{path} {why}; fix it with: chmod go-w '{path}'"
-
-
-def _foreign(what: str, st: os.stat_result) -> str | None:
-    why = store.others_can_change(st)
-    if why is None:
-        return None
-    return f"{what} {why}, who can change it" if why.startswith("belongs") else f"{what} {why}"
 
 
 def missing_state(paths: LoopPaths, cfg: dict) -> str | None:
