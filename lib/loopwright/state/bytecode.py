@@ -77,9 +77,6 @@ def use(environ=os.environ) -> str | None:
     return path
 
 
-_DEFAULT_CACHE_FROM_SOURCE = []  # importlib's own, kept once (use() may run twice in a process)
-
-
 def _package_bytecode_in(cache: str, lib: str) -> None:
     """The bytecode of the modules under ``lib`` (the package's) read and written in ``cache``,
     laid out as ``sys.pycache_prefix`` lays it (precompile.py fills it that way); every other
@@ -89,9 +86,8 @@ def _package_bytecode_in(cache: str, lib: str) -> None:
     and click from source again: 0.6-1 s of CPU where a warm start takes 0.1 s."""
     import _frozen_importlib_external as external  # frozen: nothing is read from a cache
 
-    if not _DEFAULT_CACHE_FROM_SOURCE:
-        _DEFAULT_CACHE_FROM_SOURCE.append(external.cache_from_source)
-    default = _DEFAULT_CACHE_FROM_SOURCE[0]
+    # importlib's own, also when use() ran before in this process
+    default = getattr(external.cache_from_source, "importlibs", external.cache_from_source)
     under = os.path.join(lib, "")
 
     def cache_from_source(path, debug_override=None, *, optimization=None):
@@ -101,4 +97,5 @@ def _package_bytecode_in(cache: str, lib: str) -> None:
             return found
         return os.path.join(cache, os.path.dirname(source).lstrip(os.sep), os.path.basename(found))
 
+    cache_from_source.importlibs = default
     external.cache_from_source = cache_from_source

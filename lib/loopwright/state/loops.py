@@ -315,10 +315,10 @@ def load_config(paths: LoopPaths, *, move_corrupt: bool = True, again: bool = Tr
         raise store.CorruptFile(paths.config, moved, f"wrong shape: {exc}") from None
     if cfg.get("status") == ACTIVE:
         why = trust.ended_earlier(cfg, paths.state, paths.name)
-        if why and again and _replaced_since(paths, cfg):
-            # A loop that ends saves loop.json, then records its end: this read came between
-            # the two (the runner polling while the last Stop ends the loop). The new save says
-            # how it ended; read once more.
+        if why and again:
+            # A loop that ends saves loop.json, then records its end: a read between the two
+            # (the runner polling while the last Stop ends the loop) finds the new save when it
+            # reads once more; an older copy put back is the same copy again, and refused.
             return load_config(paths, move_corrupt=move_corrupt, again=False)
         if why:
             raise EndedCopy(paths.name, why)
@@ -428,14 +428,6 @@ def save_config(paths: LoopPaths, cfg: dict) -> dict:
     if signed.get("status") == ENDED:
         trust.record_ended(signed, paths.state, paths.name)
     return signed
-
-
-def _replaced_since(paths: LoopPaths, cfg: dict) -> bool:
-    """Whether loop.json holds something other than ``cfg`` now (read as it was read)."""
-    try:
-        return store.read_json(paths.config, move_corrupt=False) != cfg
-    except store.CorruptFile:
-        return False
 
 
 def sign_config(paths: LoopPaths, cfg: dict) -> dict:

@@ -89,6 +89,28 @@ def others_can_change(st: os.stat_result) -> str | None:
     return None
 
 
+def dir_problem(path: object, st: os.stat_result) -> str | None:
+    """Why the directory ``path`` may not hold loopwright's state (another user owns it or can
+    write it: they could edit the owner index, plant a FIFO, put back an old copy), or None."""
+    why = others_can_change(st)
+    if why is None:
+        return None
+    if why.startswith("belongs"):
+        return (
+            f"{path} {why} and loopwright keeps state only in directories you own; "
+            f"move it away (mv '{path}' '{path}.untrusted') and start again"
+        )
+    return f"{path} {why}; fix it with: chmod go-w '{path}'"
+
+
+def changeable_by_others(what: str, st: os.stat_result) -> str | None:
+    """Why ``what`` (a loop's directory or file) is not trusted: others can change it; or None."""
+    why = others_can_change(st)
+    if why is None:
+        return None
+    return f"{what} {why}, who can change it" if why.startswith("belongs") else f"{what} {why}"
+
+
 def write_bytes_atomic(path: Path, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically: a reader sees the old or the new file,
     never a mix, even when the writer is killed. ``durable`` flushes the new content to disk
@@ -444,25 +466,3 @@ def _pid_running(pid: int) -> bool:
     except OSError:
         return True  # exists, owned by someone else
     return True
-
-
-def dir_problem(path: object, st: os.stat_result) -> str | None:
-    """Why the directory ``path`` may not hold loopwright's state (another user owns it or can
-    write it: they could edit the owner index, plant a FIFO, put back an old copy), or None."""
-    why = others_can_change(st)
-    if why is None:
-        return None
-    if why.startswith("belongs"):
-        return (
-            f"{path} {why} and loopwright keeps state only in directories you own; "
-            f"move it away (mv '{path}' '{path}.untrusted') and start again"
-        )
-    return f"{path} {why}; fix it with: chmod go-w '{path}'"
-
-
-def changeable_by_others(what: str, st: os.stat_result) -> str | None:
-    """Why ``what`` (a loop's directory or file) is not trusted: others can change it; or None."""
-    why = others_can_change(st)
-    if why is None:
-        return None
-    return f"{what} {why}, who can change it" if why.startswith("belongs") else f"{what} {why}"
