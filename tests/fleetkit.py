@@ -15,6 +15,7 @@ from pathlib import Path
 
 import claude_cli
 import fakeapi
+import pgcluster
 from conftest import KEY_HOME, REPO
 
 LW = str(REPO / "bin" / "loopwright")
@@ -78,17 +79,30 @@ def worker_log(proc: subprocess.Popen) -> str:
     return proc.log.read_text(errors="replace")
 
 
+def _read(url: str, what):
+    """``what(registry)`` on the registry at ``url``, as `fleet … --json` prints it (through the
+    same JSON codec). Read in this process, on a registry kept open: a test polls these, and a
+    `loopwright` command run for each look would start an interpreter, import psycopg and
+    connect again, about 0.4 s of CPU. The commands' own output is tested where it is the
+    subject. A registry whose server went away meanwhile (a failover test) is opened again."""
+    from loopwright.core import jsoncodec
+
+    try:
+        rows = what(pgcluster.reader(url))
+    except Exception:
+        pgcluster.forget(url)
+        rows = what(pgcluster.reader(url))
+    return json.loads(jsoncodec.dumps(rows))
+
+
 def row_of(url: str, name: str) -> dict:
-    out = lw("fleet", "ls", "--db", url, "--json")
-    assert out.returncode == 0, out.stderr
-    return next((r for r in json.loads(out.stdout) if r["name"] == name), {})
+    """The fleet's row of the loop ``name`` (`fleet ls --json`), or {} when there is none."""
+    return next((r for r in _read(url, lambda reg: reg.fleet_loops()) if r["name"] == name), {})
 
 
 def beat_of(url: str) -> float:
-    """When the (one) worker last beat, by the database's clock."""
-    out = lw("fleet", "workers", "--db", url, "--json")
-    assert out.returncode == 0, out.stderr
-    return max((w["beat_at"] for w in json.loads(out.stdout)), default=0.0)
+    """When the (one) worker last beat, by the database's clock (`fleet workers --json`)."""
+    return max((w["beat_at"] for w in _read(url, lambda reg: reg.workers())), default=0.0)
 
 
 def working_in(directory: Path) -> list[int]:

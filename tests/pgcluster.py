@@ -294,11 +294,35 @@ def pg_cluster():
     cluster.close()
 
 
+# Registries the tests' helpers keep open on a database to read it again and again (a test
+# polls the fleet's rows): opening one costs two connections and a pool's thread.
+_readers: dict[str, object] = {}
+
+
+def reader(url: str):
+    """A registry on ``url`` kept open for the next read; ``forget(url)`` closes it."""
+    from loopwright.registry import open_registry
+
+    if url not in _readers:
+        _readers[url] = open_registry(url)
+    return _readers[url]
+
+
+def forget(url: str) -> None:
+    reg = _readers.pop(url, None)
+    if reg is not None:
+        reg.close()
+
+
+atexit.register(lambda: [forget(url) for url in list(_readers)])
+
+
 @pytest.fixture
 def pg_url(pg_cluster: PgCluster):
     """A fresh, empty database on the session's cluster; dropped after the test."""
     name = pg_cluster.create_database()
     yield pg_cluster.url(name)
+    forget(pg_cluster.url(name))
     if not pg_cluster.running():
         pg_cluster.start()  # a test that stopped the server leaves it running for the next
     pg_cluster.drop_database(name)

@@ -20,9 +20,12 @@ def wait_for(
     proc: subprocess.Popen | None = None,
 ) -> T:
     """``check()``'s first truthy value, asked every ``every`` seconds for up to ``within``
-    seconds; with ``proc``, a process that exits meanwhile fails the wait at once."""
+    seconds; with ``proc``, a process that exits meanwhile fails the wait at once. A check that
+    takes longer than ``every`` (one that starts a process) waits as long as it took before it
+    is asked again: polling never takes more than half of a CPU from what it waits for."""
     deadline = time.monotonic() + within
     while True:
+        asked = time.monotonic()
         value = check()
         if value:
             return value
@@ -30,4 +33,4 @@ def wait_for(
             raise AssertionError(f"the process exited ({proc.returncode}) while waiting for {what}")
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what}: not so within {within} s (last: {value!r})")
-        time.sleep(every)
+        time.sleep(max(every, time.monotonic() - asked))

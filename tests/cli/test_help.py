@@ -11,6 +11,8 @@ import click
 from conftest import REPO, cli, lw_env
 from loopwright.cli.main import main
 
+main.every()  # the root imports its commands as they are used; the checks below walk them all
+
 
 def commands(group: click.Group, path: tuple = ("loopwright",)):
     """Every command under ``group`` with its path, the group's own included."""

@@ -17,6 +17,8 @@ from loopwright.actions import start as starting
 from loopwright.cli.main import main as ROOT
 from loopwright.events import slash as slash_events
 
+ROOT.every()  # the root imports its commands as they are used; the checks below walk them all
+
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README_MAX_LINES = 260
 # Programs whose options the docs quote (Claude Code's, git's, gh's …) are not ours to check.

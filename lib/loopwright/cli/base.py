@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from loopwright.actions import start as starting
 from loopwright.core import jsoncodec, termsafe
 from loopwright.core.errors import UserError
 from loopwright.state.project import STATE_DIRNAME, state_dir
@@ -85,6 +84,8 @@ def ceiling_options(help_text: str):
 
 def env_session() -> str | None:
     """Inside Claude Code (the agent's Bash tool) the session id is in the environment."""
+    from loopwright.actions import start as starting  # not at the top: most commands never ask
+
     return starting.clean_session(os.environ.get("CLAUDE_CODE_SESSION_ID"))
 
 

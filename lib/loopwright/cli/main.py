@@ -2,18 +2,77 @@
 
 Every error is one line naming the problem and the fix, with a non-zero exit. A mode
 with a ``cli`` part adds its own commands; this file never names a mode.
+
+A command's module is imported when the command runs, not before: `loopwright report`, which
+the agent runs every iteration, imported every command's module (the fleet's, the server's and
+each mode's) and spent about half of its start-up on commands it never ran.
 """
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from loopwright import __version__, modes
-from loopwright.cli import db, doctor, fleet, gate, iteration, loop, run, serve, status, stop, tasks
 from loopwright.cli.base import Ctx, Group
 
+# The module (under loopwright.cli) that defines each of the engine's commands; a mode's
+# commands are found in its own ``cli`` part. tests/cli/test_command_table.py keeps this equal to
+# the modules' COMMANDS.
+WHERE = {
+    "adopt": "loop", "cancel": "loop", "release-lock": "loop", "resume": "loop", "route": "loop",
+    "start": "loop", "teardown": "loop",
+    "db": "db",
+    "discover": "doctor", "doctor": "doctor",
+    "fleet": "fleet", "submit": "fleet", "worker": "fleet",
+    "gate": "gate",
+    "history": "status", "status": "status", "statusline": "status",
+    "report": "iteration",
+    "run": "run",
+    "serve": "serve",
+    "stop": "stop",
+    "task": "tasks",
+}  # fmt: skip
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+
+class Commands(Group):
+    """The root group: each command imported from its module the first time it is looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self.load_modes()
+        return sorted({*WHERE, *self.commands})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands:
+            if name in WHERE:
+                self.add_from(_module(f"loopwright.cli.{WHERE[name]}"))
+            else:
+                self.load_modes()
+        return self.commands.get(name)
+
+    def load_modes(self) -> None:
+        """Each registered mode's own commands (``modes/<name>/cli.py``, ``COMMANDS``)."""
+        for name in modes.names():
+            part = modes.part(name, "cli")
+            if part is not None:
+                self.add_from(part)
+
+    def add_from(self, module) -> None:
+        for command in getattr(module, "COMMANDS", ()):
+            self.commands.setdefault(command.name, command)
+
+    def every(self) -> dict[str, click.Command]:
+        """Every command, each module imported (for the help and the tests)."""
+        return {name: self.get_command(None, name) for name in self.list_commands(None)}
+
+
+def _module(name: str):
+    __import__(name)
+    return sys.modules[name]
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="loopwright")
 @click.option(
     "-C",
@@ -26,21 +85,6 @@ def main(ctx: click.Context, project: str | None) -> None:
     """loopwright: run a Claude Code session through many iterations, unattended and within budgets."""
     ctx.obj = Ctx(project)
 
-
-for _noun in (loop, stop, run, serve, status, gate, iteration, tasks, doctor, db, fleet):
-    for _command in _noun.COMMANDS:
-        main.add_command(_command)
-
-
-def add_mode_commands(group: click.Group) -> None:
-    """Each registered mode's own commands (``modes/<name>/cli.py``, ``COMMANDS``)."""
-    for name in modes.names():
-        part = modes.part(name, "cli")
-        for command in getattr(part, "COMMANDS", ()):
-            group.add_command(command)
-
-
-add_mode_commands(main)
 
 # `loopwright --help` lists what a person runs first, and apart the commands the agent and the
 # hooks run inside a loop (tests/cli/test_help.py keeps every command in one of them).
