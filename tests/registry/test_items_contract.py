@@ -5,10 +5,9 @@ ends, and several processes reserving from one backlog at once, each item reserv
 
 from __future__ import annotations
 
-import multiprocessing
-
 import pytest
 
+import racers
 from loopwright.registry import LeaseLost, open_registry
 
 B = "backlog-1"
@@ -143,9 +142,9 @@ def _reserve_all(url: str, loop_id: str, start, out) -> None:
 
 def test_loops_reserving_at_once_from_one_backlog_each_get_an_item_once(reg, registry_url):
     loops = running(reg, PROCESSES)
-    spawn = multiprocessing.get_context("spawn")
-    start, out = spawn.Barrier(PROCESSES), spawn.Queue()
-    procs = [spawn.Process(target=_reserve_all, args=(registry_url, row["id"], start, out)) for row in loops]
+    racing = racers.context(__name__)
+    start, out = racing.Barrier(PROCESSES), racing.Queue()
+    procs = [racing.Process(target=_reserve_all, args=(registry_url, row["id"], start, out)) for row in loops]
     for p in procs:
         p.start()
     results = dict(out.get(timeout=600) for _ in procs)

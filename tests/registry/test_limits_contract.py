@@ -8,13 +8,13 @@ crossing a cap together both end."""
 from __future__ import annotations
 
 import math
-import multiprocessing
 import queue as queues
 import threading
 import time
 
 import pytest
 
+import racers
 from loopwright.registry import LeaseLost, RegistryError, open_registry
 from loopwright.registry.limits import day_of
 from waiting import wait_for
@@ -367,8 +367,8 @@ def test_concurrent_boundaries_add_up_exactly(reg, registry_url):
     """Threads on both databases; on PostgreSQL, processes as well (each its own connections)."""
     kinds = [("thread", threading, threading.Barrier, queues.Queue)]
     if reg.backend.dialect == "postgres":
-        spawn = multiprocessing.get_context("spawn")
-        kinds.append(("process", spawn, spawn.Barrier, spawn.Queue))
+        racing = racers.context(__name__)
+        kinds.append(("process", racing, racing.Barrier, racing.Queue))
     for n, (kind, mod, barrier, queue) in enumerate(kinds):
         loops = [submit(reg, f"{kind}{i}", account=f"acct{i % 2}", tags=["all"]) for i in range(4)]
         taken = [reg.claim("w", "h", lease=600) for _ in loops]

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+import racers
 from loopwright.registry import open_registry
 
 pytestmark = pytest.mark.slow
@@ -54,9 +55,9 @@ def _queue(url: str) -> set[str]:
 def test_64_processes_claim_10000_loops_each_exactly_once(pg_url):
     open_registry(pg_url).close()  # the schema, before the rows
     ids = _queue(pg_url)
-    spawn = multiprocessing.get_context("spawn")
-    start, out = spawn.Barrier(PROCESSES), spawn.Queue()
-    procs = [spawn.Process(target=_claim_all, args=(pg_url, start, out)) for _ in range(PROCESSES)]
+    racing = racers.context(__name__)
+    start, out = racing.Barrier(PROCESSES), racing.Queue()
+    procs = [racing.Process(target=_claim_all, args=(pg_url, start, out)) for _ in range(PROCESSES)]
     for p in procs:
         p.start()
     results = [out.get(timeout=600) for _ in procs]

@@ -5,10 +5,9 @@ migrate it once (the advisory lock)."""
 
 from __future__ import annotations
 
-import multiprocessing
-
 import pytest
 
+import racers
 from loopwright.registry import ENV, Busy, RegistryError, migrate, open_registry
 from loopwright.registry.url import shown
 from waiting import wait_for
@@ -150,12 +149,12 @@ def _migrate(url: str, out) -> None:
 def test_two_processes_migrating_one_fresh_database_at_once_migrate_it_once(pg_url):
     import psycopg
 
-    spawn = multiprocessing.get_context("spawn")
-    out = spawn.Queue()
+    racing = racers.context(__name__)
+    out = racing.Queue()
     holder = psycopg.connect(pg_url)
     # Hold the migrations' lock until both processes wait for it: they then start together.
     holder.execute("SELECT pg_advisory_xact_lock(%s)", (migrate.LOCK_KEY,))
-    procs = [spawn.Process(target=_migrate, args=(pg_url, out)) for _ in range(2)]
+    procs = [racing.Process(target=_migrate, args=(pg_url, out)) for _ in range(2)]
     for p in procs:
         p.start()
     waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
