@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from loopwright.core import termsafe
 
 BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+BREAKS = "\u2028\u2029"  # line and paragraph separators: line breaks to some terminals and readers
 # The specification, written as regular expressions.
-UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI}]")
-UNSAFE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{BIDI}]")
-JSON_RAW = re.compile(f"[\x7f-\x9f{BIDI}]")
+UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI}{BREAKS}]")
+UNSAFE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{BIDI}{BREAKS}]")
+JSON_RAW = re.compile(f"[\x7f-\x9f{BIDI}{BREAKS}]")
 NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
 
 
