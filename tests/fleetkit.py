@@ -16,7 +16,7 @@ from pathlib import Path
 import claude_cli
 import fakeapi
 import pgcluster
-from conftest import KEY_HOME, REPO
+from conftest import KEY_HOME, REPO, cli
 
 LW = str(REPO / "bin" / "loopwright")
 
@@ -43,6 +43,14 @@ def lw(*args, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [LW, *args], capture_output=True, text=True, timeout=60, env={**base, **(env or {})}
     )
+
+
+def lw_here(*args, env=None):
+    """`loopwright ARGS…` through click's runner in this process, for what a test does often
+    and whose command is not its subject (queueing its loops, waiting on a line of output): the
+    command's own code, without an interpreter's start and psycopg's import each time (about
+    0.35 s of CPU). Same fields as :func:`lw`'s result."""
+    return cli(Path.cwd(), *args, env=env)
 
 
 def start_worker(

@@ -10,7 +10,7 @@ import json
 import socket
 import subprocess
 
-from conftest import REPO, lw_env, one_line_error
+from conftest import REPO, cli, lw_env, one_line_error
 from loopwright.registry import open_registry
 
 REPO_URL = "https://example.com/acme/a.git"
@@ -29,7 +29,10 @@ def lw(tmp_path, *args, stdin=None, **env):
 
 
 def submit(url: str, tmp_path, name: str, *extra: str) -> None:
-    out = lw(tmp_path, "submit", "--db", url, "--repo", REPO_URL, "--name", name, *extra, "goal")
+    """Queue a loop for a test to act on (through click's runner here: the commands under test
+    run as processes)."""
+    out = cli(tmp_path, "submit", "--db", url, "--repo", REPO_URL, "--name", name, *extra, "goal",
+              env={"XDG_DATA_HOME": str(tmp_path / "data")})  # fmt: skip
     assert out.returncode == 0, out.stderr
 
 

@@ -15,7 +15,7 @@ import fakeapi
 from conftest import REPO, lw_env
 from e2e_support import journal, loop_dir
 from e2e_support import run_headless as run
-from fleetkit import lw, make_remote, row_of, start_worker, stop_worker
+from fleetkit import lw, lw_here, make_remote, row_of, start_worker, stop_worker
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -62,7 +62,7 @@ def fleet_events(url: str, name: str) -> str:
 
 def test_a_fleet_loop_whose_model_calls_fail_says_why_in_its_row_list_and_timeline(pg_url, tmp_path):
     remote = make_remote(tmp_path)
-    queued = lw("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", "big", "a goal")
+    queued = lw_here("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", "big", "a goal")
     assert queued.returncode == 0, queued.stderr
     with fakeapi.ScriptedServer([], default=fakeapi.prompt_too_long()) as server:
         worker = start_worker(pg_url, remote, tmp_path / "w1", server, tmp_path / "home", "--host", "host-a")
@@ -96,7 +96,7 @@ def test_a_clone_that_fails_is_in_the_loops_row_and_timeline(pg_url, tmp_path):
     for part in (missing / "objects").iterdir():
         if part.name not in ("info", "pack"):
             shutil.rmtree(part)
-    queued = lw("submit", "--db", pg_url, "--repo", f"file://{missing}", "--name", "lost", "a goal")
+    queued = lw_here("submit", "--db", pg_url, "--repo", f"file://{missing}", "--name", "lost", "a goal")
     assert queued.returncode == 0, queued.stderr
     with fakeapi.ScriptedServer([]) as server:
         worker = start_worker(pg_url, remote, tmp_path / "w1", server, tmp_path / "home", "--host", "host-a",
@@ -118,7 +118,7 @@ def test_a_clone_that_fails_is_in_the_loops_row_and_timeline(pg_url, tmp_path):
 def test_a_runner_that_cannot_start_says_why_in_the_timeline_not_only_its_log(pg_url, tmp_path):
     # The worker's own --claude is fine; the one its runners end up with is not (the last wins).
     remote = make_remote(tmp_path)
-    queued = lw("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", "nostart", "a goal")
+    queued = lw_here("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", "nostart", "a goal")
     assert queued.returncode == 0, queued.stderr
     missing = "Claude Code's CLI (/nonexistent/claude) was not found"
     with fakeapi.ScriptedServer([]) as server:

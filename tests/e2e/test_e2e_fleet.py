@@ -13,7 +13,7 @@ import pytest
 
 import fakeapi
 import hostileurls
-from fleetkit import beat_of, git, lw, make_remote, row_of, start_worker, stop_worker, worker_log
+from fleetkit import beat_of, git, lw, lw_here, make_remote, row_of, start_worker, stop_worker, worker_log
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -26,7 +26,7 @@ def remote(tmp_path) -> Path:
 
 def test_a_submitted_loop_runs_on_a_worker_and_its_work_is_pushed(registry_url, remote, tmp_path):
     url = str(registry_url)
-    queued = lw("submit", "--db", url, "--repo", f"file://{remote}", "--name", "notes",
+    queued = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", "notes",
                 "--completion-promise", "DONE", "--max-iterations", "5", "write the notes")  # fmt: skip
     assert queued.returncode == 0, queued.stderr
     replies = [
@@ -68,7 +68,7 @@ def test_submit_wait_follows_a_real_worker_whose_log_a_person_reads(registry_url
         try:
             wait_for(lambda: beat_of(url) > 0, "the worker's first beat", within=60, proc=worker)
             states = lw("fleet", "workers", "--db", url).stdout.splitlines()
-            waited = lw("submit", "--db", url, "--repo", f"file://{remote}", "--name", "waited",
+            waited = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", "waited",
                         "--completion-promise", "DONE", "--wait", "write the notes")  # fmt: skip
         finally:
             log = stop_worker(worker)
@@ -95,7 +95,9 @@ def test_a_worker_refuses_a_repository_outside_its_allow_list(registry_url, remo
     other = tmp_path / "elsewhere" / "x.git"
     other.parent.mkdir()
     git("clone", "-q", "--bare", str(remote), str(other))
-    assert lw("submit", "--db", url, "--repo", f"file://{other}", "--name", "far", "goal").returncode == 0
+    assert (
+        lw_here("submit", "--db", url, "--repo", f"file://{other}", "--name", "far", "goal").returncode == 0
+    )
     with fakeapi.ScriptedServer([]) as server:
         worker = start_worker(url, remote, tmp_path / "w1", server, tmp_path / "home")
         try:

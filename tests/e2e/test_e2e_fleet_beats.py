@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import fakeapi
-from fleetkit import lw, make_remote, start_worker, stop_worker
+from fleetkit import lw_here, make_remote, start_worker, stop_worker
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +27,7 @@ def test_one_statement_per_worker_beat_renews_the_leases_of_all_its_loops(pg_clu
     pg_cluster.admin(f"ALTER DATABASE {pg_url.rsplit('/', 1)[1]} SET log_statement = 'all'")
     remote = make_remote(tmp_path)
     for name in LOOPS:
-        out = lw("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", name,
+        out = lw_here("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", name,
                  "--completion-promise", "DONE", "--max-iterations", "3", f"grow the {name}")  # fmt: skip
         assert out.returncode == 0, out.stderr
     release = threading.Event()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import fakeapi
-from fleetkit import ByGoal, git, lw, make_remote, start_worker, stop_worker, worker_log
+from fleetkit import ByGoal, git, lw, lw_here, make_remote, start_worker, stop_worker, worker_log
 from proctree import descendants, freeze, kill_tree, signal_each
 from waiting import wait_for
 
@@ -103,7 +103,7 @@ def iteration_events(url: str, name: str) -> list[tuple[int, int]]:
 
 
 def submit(url: str, remote: Path, name: str, goal: str) -> None:
-    out = lw("submit", "--db", url, "--repo", f"file://{remote}", "--name", name,
+    out = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", name,
              "--completion-promise", "DONE", "--max-iterations", "8", goal)  # fmt: skip
     assert out.returncode == 0, out.stderr
 
@@ -405,7 +405,7 @@ def test_a_database_restart_mid_iteration_loses_nothing(pg_cluster, pg_url, remo
         )
 
         def beat_since_back() -> bool:
-            out = json.loads(lw("fleet", "workers", "--db", pg_url, "--json").stdout)
+            out = json.loads(lw_here("fleet", "workers", "--db", pg_url, "--json").stdout)
             return {w["worker"] for w in out if w["beat_at"] > back} == {a.name, b.name}
 
         wait_for(beat_since_back, "both workers to beat again", within=WITHIN, every=0.5)

@@ -20,7 +20,17 @@ from pathlib import Path
 import pytest
 
 import fakeapi
-from fleetkit import ByGoal, lw, make_remote, row_of, start_worker, stop_worker, worker_log, working_in
+from fleetkit import (
+    ByGoal,
+    lw,
+    lw_here,
+    make_remote,
+    row_of,
+    start_worker,
+    stop_worker,
+    worker_log,
+    working_in,
+)
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -44,7 +54,7 @@ def remote(tmp_path) -> Path:
 
 
 def submit(url: str, remote: Path, name: str, goal: str, *extra: str) -> None:
-    out = lw("submit", "--db", url, "--repo", f"file://{remote}", "--name", name,
+    out = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", name,
              "--completion-promise", "DONE", "--max-iterations", "10", *extra, goal)  # fmt: skip
     assert out.returncode == 0, out.stderr
 
@@ -103,7 +113,7 @@ def after_boundary(workers: list, loop: str, iteration: int, reply: fakeapi.Repl
 
 
 def limits_report(url: str) -> dict:
-    out = lw("fleet", "limits", "--db", url, "--json")
+    out = lw_here("fleet", "limits", "--db", url, "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -115,7 +125,7 @@ def released(workers: list, *names: str) -> dict | None:
 
 
 def beats(url: str) -> dict:
-    out = lw("fleet", "workers", "--db", url, "--json")
+    out = lw_here("fleet", "workers", "--db", url, "--json")
     assert out.returncode == 0, out.stderr
     return {w["worker"]: w["beat_at"] for w in json.loads(out.stdout)}
 
@@ -262,8 +272,9 @@ def test_a_usage_limit_pauses_its_account_on_every_worker_until_the_reset(pg_url
         try:
             wait_for(lambda: row_of(pg_url, "kiwi-loop").get("worker") == "wa", "wa's claim", proc=only_a)
             workers.append(start("wb", "--slots", "2", env=NO_RETRIES))
-            wait_for(lambda: "paused: account team-a until" in lw("fleet", "limits", "--db", pg_url).stdout,
-                     "team-a paused", within=300, every=0.5, proc=only_a)  # fmt: skip
+            shown = lambda: lw_here("fleet", "limits", "--db", pg_url).stdout  # noqa: E731
+            wait_for(lambda: "paused: account team-a until" in shown(), "team-a paused",
+                     within=300, every=0.5, proc=only_a)  # fmt: skip
             pause = limits_report(pg_url)["pauses"]
             paused.set()
             handed = wait_for(lambda: released(workers, "kiwi-loop", "mango-loop"),

@@ -24,7 +24,7 @@ import pytest
 
 import fakeapi
 import fakegithub
-from fleetkit import lw, make_remote, row_of, start_worker, stop_worker, working_in
+from fleetkit import lw_here, make_remote, row_of, start_worker, stop_worker, working_in
 from loopwright.registry import open_registry
 from proctree import kill_tree
 from waiting import wait_for
@@ -94,7 +94,7 @@ def github(tmp_path):
 
 
 def submit_parallel(url: str, remote: Path) -> dict[str, dict]:
-    out = lw("submit", "--db", url, "--repo", f"file://{remote}", "--name", "grind", "--parallel", "2",
+    out = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", "grind", "--parallel", "2",
              "--max-iterations", "8", "--no-wrap-up", "--json",
              "--", "work", "--source", "github", "--repo", "acme/widgets")  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import fakeapi
-from fleetkit import git, lw, make_remote, row_of, start_worker, stop_worker, worker_log
+from fleetkit import git, lw, lw_here, make_remote, row_of, start_worker, stop_worker, worker_log
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +30,7 @@ def remote(tmp_path) -> Path:
 def submit(url: str, remote: Path, name: str, *words: str) -> None:
     # A mode's loop takes only its own command line's options (a task loop has no promise).
     promise = [] if words[:1] in (("task",), ("work",), ("review",)) else ["--completion-promise", "DONE"]
-    out = lw("submit", "--db", url, "--repo", f"file://{remote}", "--name", name,
+    out = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", name,
              *promise, "--max-iterations", "3", *words)  # fmt: skip
     assert out.returncode == 0, out.stderr
 
@@ -146,7 +146,7 @@ def test_a_second_worker_with_a_live_workers_name_is_refused(pg_url, remote, tmp
         wait_for(lambda: '"started"' in worker_log(proc), "the worker to start", within=60, proc=proc)
 
     def workers() -> list[dict]:
-        return json.loads(lw("fleet", "workers", "--db", pg_url, "--json").stdout)
+        return json.loads(lw_here("fleet", "workers", "--db", pg_url, "--json").stdout)
 
     with fakeapi.ScriptedServer(default=DONE) as server:
         try:

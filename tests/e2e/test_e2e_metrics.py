@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import fakeapi
 from conftest import REPO, lw_env
-from fleetkit import lw, make_remote, row_of, start_worker, stop_worker
+from fleetkit import lw, lw_here, make_remote, row_of, start_worker, stop_worker
 from loopwright.registry import open_registry
 from waiting import wait_for
 
@@ -89,7 +89,7 @@ def value(found: dict, name: str, **labels) -> float:
 
 def test_a_live_fleet_scraped_with_and_without_the_token(pg_url, project, tmp_path):
     remote = make_remote(tmp_path)
-    queued = lw("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", "notes",
+    queued = lw_here("submit", "--db", pg_url, "--repo", f"file://{remote}", "--name", "notes",
                 "--account", "acme", "--completion-promise", "DONE", "--max-iterations", "5",
                 "write the notes")  # fmt: skip
     assert queued.returncode == 0, queued.stderr
