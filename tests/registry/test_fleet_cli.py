@@ -241,6 +241,12 @@ def test_fleet_ls_says_why_a_queued_loop_waits(registry_url, tmp_path):
     assert "waiting: no live worker accepts its verify" in lines["checked"]
     assert "waiting: no live worker runs account b" in lines["theirs"]
     assert "waiting" not in lines["plain"]
+    rows = json.loads(lw(tmp_path, "fleet", "ls", "--db", registry_url, "--json").stdout)
+    assert {r["name"]: r["waiting"] for r in rows} == {
+        "checked": "no live worker accepts its verify",
+        "plain": None,
+        "theirs": "no live worker runs account b",
+    }
 
 
 def test_a_worker_that_said_it_stopped_is_not_asked(registry_url, tmp_path):

@@ -285,7 +285,12 @@ def fleet() -> None:
     type=click.Choice(["queued", "running", "waiting_gate", "ended"]),
     help="Only the loops with this status.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the loops as JSON (every field of each row).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the loops as JSON: every field of each row, and why a queued one waits (waiting).",
+)
 @click.option(
     "--watch",
     type=float,
@@ -303,14 +308,14 @@ def ls(url, status, as_json, watch) -> None:
         fail("--watch takes a number of seconds above 0, and no --json")
     reg = registry(url)
     try:
-        from loopwright.cli.fleet_tables import loop_lines
+        from loopwright.cli.fleet_tables import loop_lines, loop_rows
 
         if watch is not None:
             from loopwright.cli.fleet_follow import watch_loops
 
             return watch_loops(reg, lambda: loop_lines(reg, status), watch)
         if as_json:
-            return echo_json(reg.fleet_loops(status))
+            return echo_json(loop_rows(reg, status))
         for line in loop_lines(reg, status):
             echo(line)
     finally:

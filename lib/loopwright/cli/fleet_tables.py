@@ -62,10 +62,19 @@ def loop_lines(reg, status: str | None) -> list[str]:
     if not rows:
         what = f"no {status} fleet loops" if status else "no fleet loops"
         return [f"{what} in {reg.shown}: nothing queued (`loopwright submit` queues one)"]
-    return lines(loop_columns(_waiting(reg, rows)), rows)
+    waiting = {i: f"waiting: {why}" for i, why in waiting_reasons(reg, rows).items()}
+    return lines(loop_columns(waiting), rows)
 
 
-def _waiting(reg, rows: list[dict]) -> dict:
+def loop_rows(reg, status: str | None) -> list[dict]:
+    """`fleet ls --json`: the rows, each queued one with why it waits (``waiting``: no live
+    worker takes it; None when one would)."""
+    rows = reg.fleet_loops(status)
+    reasons = waiting_reasons(reg, rows)
+    return [dict(r, waiting=reasons.get(r["id"])) for r in rows]
+
+
+def waiting_reasons(reg, rows: list[dict]) -> dict:
     """Why each queued loop waits, by id, when no live worker would take it (its repository,
     verify or account), read from what the workers publish."""
     queued = [r for r in rows if r["status"] == "queued"]
@@ -77,7 +86,7 @@ def _waiting(reg, rows: list[dict]) -> dict:
     for r in queued:
         unserved = takers.unserved(r["repo"], r["spec"], r["account"])
         if unserved:
-            why[r["id"]] = f"waiting: {unserved.short}"
+            why[r["id"]] = unserved.short
     return why
 
 
