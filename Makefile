@@ -34,13 +34,8 @@ TEST_JOBS ?= 4
 XDIST   = -n $(TEST_JOBS) --maxschedchunk 1
 
 # The whole suite: lint, then unit, property, concurrency, fault and real-CLI end-to-end tests.
-# pytest rewrites the asserts of every test module it imports (about 7 s of CPU for the suite),
-# and each xdist worker imports them all: rewritten once first (bytecode written whatever
-# PYTHONDONTWRITEBYTECODE says), the workers read the result, a clean clone's first run included;
-# a module that fails to import is reported by the run that follows.
 test: lint
 	$(PY) tests/claude_cli.py install
-	-PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q --collect-only -p no:xdist > /dev/null 2>&1
 	$(PY) -m pytest -q $(XDIST)
 
 unit: setup
