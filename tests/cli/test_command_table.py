@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib import import_module
 
 from conftest import LIB
 from loopwright import modes
@@ -15,10 +16,10 @@ from loopwright.cli import main as root
 
 def test_the_table_names_every_engine_command_where_it_is_defined():
     for name, module in root.WHERE.items():
-        defined = {c.name for c in root._module(f"loopwright.cli.{module}").COMMANDS}
+        defined = {c.name for c in import_module(f"loopwright.cli.{module}").COMMANDS}
         assert name in defined, f"{name} is not defined in loopwright.cli.{module}"
     places = set(root.WHERE.values())
-    every = {c.name for m in places for c in root._module(f"loopwright.cli.{m}").COMMANDS}
+    every = {c.name for m in places for c in import_module(f"loopwright.cli.{m}").COMMANDS}
     assert every == set(root.WHERE)  # no command of those modules left out of the table
 
 

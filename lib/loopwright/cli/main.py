@@ -10,7 +10,7 @@ each mode's) and spent about half of its start-up on commands it never ran.
 
 from __future__ import annotations
 
-import sys
+from importlib import import_module
 
 import click
 
@@ -46,7 +46,7 @@ class Commands(Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.commands:
             if name in WHERE:
-                self.add_from(_module(f"loopwright.cli.{WHERE[name]}"))
+                self.add_from(import_module(f"loopwright.cli.{WHERE[name]}"))
             else:
                 self.load_modes()
         return self.commands.get(name)
@@ -63,13 +63,8 @@ class Commands(Group):
             self.commands.setdefault(command.name, command)
 
     def every(self) -> dict[str, click.Command]:
-        """Every command, each module imported (for the help and the tests)."""
+        """Every command, each module imported (for the checks that walk them all)."""
         return {name: self.get_command(None, name) for name in self.list_commands(None)}
-
-
-def _module(name: str):
-    __import__(name)
-    return sys.modules[name]
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
