@@ -3,6 +3,7 @@ click's CliRunner, except where the process itself is the point (finding the pro
 from the working directory, the launcher)."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -217,3 +218,19 @@ def test_doctor_names_a_missing_gh_as_a_warning_only(project):
     res = lw(project, "doctor", env={"LOOPWRIGHT_GH": "/nonexistent/gh"})
     assert res.returncode == 0, res.stdout
     assert "only work loops over GitHub issues and review loops need it" in res.stdout
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(project):
+    """`loopwright status | head -1`: the pipe closes under the writer; no error line and no
+    Python message about an ignored exception, only a failing exit code as click's own."""
+    lw(project, "start", "--session", "S1", "goal")
+    for argv in (["status"], ["status", "--json"], ["fleet", "--help"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first write
+        try:
+            res = subprocess.run(
+                [str(CLI), *argv], cwd=project, stdout=write, stderr=subprocess.PIPE, text=True, env=lw_env()
+            )
+        finally:
+            os.close(write)
+        assert res.returncode == 1 and res.stderr == "", (argv, res.stderr)

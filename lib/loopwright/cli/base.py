@@ -115,6 +115,9 @@ class Group(click.Group):
             return super().invoke(ctx)
         except UserError as exc:
             fail(str(exc))
+        except BrokenPipeError:
+            # The reader went away (`loopwright status | head -1`): click's main ends quietly.
+            raise
         except OSError as exc:
             fail(f"{exc.strerror or exc} ({exc.filename or 'file'}); check the path and its permissions")
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
