@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 import hostileurls
 from loopwright.registry import open_registry
 from loopwright.serve import app as api
+from loopwright.serve import fleetwatch
 
 TOKEN = "f" * 40
 REPO_URL = "https://example.com/acme/site.git"
@@ -334,6 +335,28 @@ def test_the_fleet_says_what_needs_the_operator(monitor):
     assert not loops["busy"]["failed"] and loops["busy"]["stuck"] is None
     states = {w["worker"]: (w["state"], w["holds"]) for w in fleet["workers"]}
     assert states == {"w-1": ("alive", ["busy"]), "w-2": ("stale", [])}
+
+
+def test_the_stuck_count_and_its_reasons_cover_the_queue_past_the_loops_listed(monitor, monkeypatch):
+    """The page lists a few hundred loops; the strip's stuck count and reasons are the whole
+    queue's, grouped by what decides them (account and tags)."""
+    monkeypatch.setattr(fleetwatch, "MAX_LOOPS", 3)
+    c, reg = client(monitor), monitor.registry
+    reg.worker_beat("w-1", "alpha", 4, 0, None, [])
+    for i in range(5):
+        assert submit(c, name=f"paused-{i}", account="acme").status_code == 201
+    for i in range(2):
+        assert submit(c, name=f"capped-{i}", tags=["nightly"]).status_code == 201
+    assert submit(c, name="free").status_code == 201
+    reg.pause_account("acme", reg.limits_report()["now"] + 3600, "usage limit (429)", "w-1")
+    reg.set_limits("tag:nightly", max_running=0)
+    fleet = c.get("/api/fleet").json()
+    assert len(fleet["loops"]) == 3 and fleet["queue"]["queued"] == 8
+    assert fleet["attention"]["stuck"] == 7
+    (paused, n1), (capped, n2) = fleet["stuck_why"]
+    assert (n1, n2) == (5, 2)
+    assert paused.startswith("account acme is paused until") and "usage limit (429)" in paused
+    assert capped == "tag nightly's cap of 0 running loops is reached"
 
 
 def test_the_list_reads_a_bounded_head_of_a_huge_goal_written_by_sql(monitor):

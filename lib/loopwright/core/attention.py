@@ -184,6 +184,22 @@ def attention(
     }
 
 
+def stuck_reasons(
+    groups: list[dict], workers: list[dict], pauses: list[dict], limits: list[dict], now: float
+) -> list[list]:
+    """Why queued loops wait, over the whole queue: ``groups`` are its loops by account and
+    tags, each with ``n``; the answer is ``[reason, loops]`` pairs, the most loops first. The
+    counts a page shows come from here, not from the loops it lists (a few hundred of them)."""
+    queue = Queue(workers, pauses, limits, now)
+    by: dict[str, int] = {}
+    for group in groups:
+        why = queue.reason({"account": group.get("account"), "tags": group.get("tags"), "status": "queued"})
+        n = group.get("n")
+        if why and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            by[why] = by.get(why, 0) + n
+    return [[why, n] for why, n in sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def cause(row: dict) -> str:
     """A failed loop's cause in one line: its outcome, then the reason its row records (the
     client's last error, when the row holds one, after it)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from loopwright.core.attention import STALE_AFTER, STOPPED_AFTER, failure_sql
 from loopwright.registry.listing import listed_row
-from loopwright.registry.queue import loop_row
+from loopwright.registry.queue import json_value, loop_row
 
 STATUSES = ("queued", "running", "waiting_gate", "ended")
 
@@ -52,6 +52,11 @@ PAGE_PARTS = (
     f"WHERE status = 'ended' AND NOT {FAILED} ORDER BY created_at DESC, seq DESC",
 )
 FAILURES_SHOWN = 0.2  # of the rows a page holds, at most this share for failures
+# Why a queued loop waits depends on its account and tags only (core/attention.Queue): the whole
+# queue in a few groups, however many loops it holds beyond the ones a page lists.
+QUEUED_GROUPS = (
+    "SELECT account, tags, COUNT(*) AS n FROM fleet_loops WHERE status = 'queued' GROUP BY account, tags"
+)
 
 
 class FleetView:
@@ -76,6 +81,12 @@ class FleetView:
             counts[str(row["status"])] = int(row["n"])
             counts["failed"] += int(row["failed"] or 0)
         return counts
+
+    def queued_groups(self) -> list[dict]:
+        """The queue by account and tags: ``account``, ``tags`` (decoded), ``n`` loops."""
+        with self.backend.tx() as tx:
+            rows = tx.rows(QUEUED_GROUPS)
+        return [{"account": r["account"], "tags": json_value(r["tags"]), "n": int(r["n"])} for r in rows]
 
     def page_loops(self, limit: int = 500) -> list[dict]:
         """At most ``limit`` loops, most pressing first (PAGE_PARTS): every held loop the

@@ -71,11 +71,11 @@ function renderFleet(data) {
   if (fleet.tl) { fleetTimelineCause(); if (!fleet.tl.more) fleetTimelineRead(); }
 }
 // The attention strip: what needs the operator, each a count that filters what is shown.
-function stuckWhy(loops) {
-  const by = new Map();
-  for (const l of loops) if (l.stuck) by.set(l.stuck, (by.get(l.stuck) || 0) + 1);
-  const top = [...by.entries()].sort((a, b) => b[1] - a[1]).slice(0, 2);
-  return top.map(([why, n]) => (by.size > 1 ? n + ': ' : '') + why).join('; ');
+// Why the queue's loops wait, the two commonest reasons, counted over the whole queue
+// (stuck_why: the monitor groups every queued loop, listed or not).
+function stuckWhy(data) {
+  const why = Array.isArray(data.stuck_why) ? data.stuck_why : [];
+  return why.slice(0, 2).map(([reason, n]) => (why.length > 1 ? n + ': ' : '') + text(reason)).join('; ');
 }
 function fleetAttention(data) {
   const a = data.attention || {}, box = document.getElementById('attention');
@@ -94,7 +94,7 @@ function fleetAttention(data) {
   box.replaceChildren(...chips.map(([key, n, words]) => {
     const b = el('button', null, 'att att-' + key); b.type = 'button'; b.dataset.filter = key;
     b.appendChild(el('span', words(n), 'att-n'));
-    if (key === 'stuck') b.appendChild(el('span', stuckWhy(data.loops), 'att-why'));
+    if (key === 'stuck') b.appendChild(el('span', stuckWhy(data), 'att-why'));
     const on = key === 'workers' ? fleet.quietOnly : fleet.f.status === {gates: 'gate'}[key] ||
       fleet.f.status === key;
     b.setAttribute('aria-pressed', String(on));

@@ -87,11 +87,15 @@ def snapshot(registry) -> dict:
     counts = registry.fleet_counts()
     limits = registry.limits_report()
     seen = attention.attention(rows, workers, limits["pauses"], limits["limits"], limits["now"])
+    why = attention.stuck_reasons(
+        registry.queued_groups(), workers, limits["pauses"], limits["limits"], limits["now"]
+    )
     queue = {k: v for k, v in counts.items() if k != "failed"}
     for w in workers:
         w["state"], w["holds"] = seen["workers"][str(w["worker"])], seen["holds"][str(w["worker"])]
     shared = registry.path is None  # a server database: a fleet's, whatever it holds yet
-    needs = dict(seen["counts"], gates=counts["waiting_gate"], failed=counts["failed"])
+    stuck = sum(n for _, n in why)
+    needs = dict(seen["counts"], gates=counts["waiting_gate"], failed=counts["failed"], stuck=stuck)
     return {
         "show": bool(shared or rows or workers),
         "shared": shared,
@@ -101,6 +105,7 @@ def snapshot(registry) -> dict:
         "queue": queue,
         "failed": counts["failed"],
         "attention": needs,
+        "stuck_why": why,
         "workers": workers,
         "limits": limits,
     }
