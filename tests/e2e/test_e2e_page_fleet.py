@@ -61,8 +61,14 @@ def _queue_from_the_form(page) -> None:
     expect(said).to_contain_text("no live worker accepts the repository", timeout=30_000)
     expect(said).to_contain_text("--allow-repo https://example.com/elsewhere/site")
     page.fill("#fs-repo", REPO_URL)
+    page.fill("#fs-verify", "make test")  # the worker runs no verify (no --allow-verify)
+    page.locator("#fleet-submit button[type=submit]").click()
+    expect(said).to_contain_text("no live worker accepts this verify", timeout=30_000)
+    expect(said).to_contain_text("--allow-verify 'make test'")
+    page.fill("#fs-verify", "")
     page.fill("#fs-name", "changelog")
     page.fill("#fs-iter", "4")
+    page.fill("#fs-tags", " docs, nightly ,")
     page.locator("#fleet-submit button[type=submit]").click()
     expect(said).to_have_text("queued changelog", timeout=30_000)
     row = page.locator('tr[data-fleet-loop="changelog"]')
@@ -92,6 +98,7 @@ def test_the_fleet_section_shows_loops_a_worker_and_answers_a_gate(pg_url, proje
             _goal_as_text(page)
             _live_iteration_and_timeline(page, reg, ids["busy"])
             _queue_from_the_form(page)
+            assert reg.fleet_loop("changelog")["tags"] == ["docs", "nightly"]
             gated = page.locator('tr[data-fleet-loop="gated"]')
             gated.locator('div.gate button[data-answer="continue"]').click()
             # queued again, on an account that is paused: stuck until the pause ends

@@ -130,6 +130,9 @@ HTML = """
    <label for="fs-branch">from branch</label><input id="fs-branch" name="branch" placeholder="its default">
    <label for="fs-name">name</label><input id="fs-name" name="name" placeholder="drawn">
    <label for="fs-account">account</label><input id="fs-account" name="account" placeholder="default">
+   <label for="fs-tags">tags</label><input id="fs-tags" name="tags" placeholder="comma-separated">
+   <label for="fs-verify">verify</label><input id="fs-verify" name="verify"
+     placeholder="a command a worker's --allow-verify accepts, run at each completion claim">
    <label for="fs-iter">max iterations</label><input id="fs-iter" name="max_iterations" type="number" min="1">
    <label for="fs-dollars">max dollars</label><input id="fs-dollars" name="max_dollars" type="number"
      min="0" step="0.01">

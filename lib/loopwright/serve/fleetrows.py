@@ -271,7 +271,8 @@ document.getElementById('fleet-submit').onsubmit = async (ev) => {
   const form = ev.target, said = document.getElementById('fleet-submitted'), body = {};
   for (const [k, v] of new FormData(form)) {
     if (String(v).trim() === '') continue;
-    body[k] = k.startsWith('max_') ? Number(v) : String(v);
+    body[k] = k.startsWith('max_') ? Number(v)
+      : k === 'tags' ? String(v).split(',').map(t => t.trim()).filter(Boolean) : String(v);
   }
   const res = await fetch('/api/loops', {method: 'POST', headers: {'Content-Type': 'application/json',
     'X-Loopwright-CSRF': csrf}, body: JSON.stringify(body)});
