@@ -79,6 +79,34 @@ def test_why_a_queued_loop_is_stuck():
     )
 
 
+def test_a_budget_held_by_running_loops_leaves_no_room_for_a_claim():
+    """A claim holds two iterations at the loop's own mean cost (else the fleet's) beside what
+    the running loops hold: when that passes the cap, the loop waits and says so."""
+    alive = [worker("a")]
+    cap = {"scope": "fleet", "max_dollars_per_day": 10, "spent_today": 6.0, "held": 2.5, "held_unknown": 0}
+
+    def reason(row, lim, mean):
+        return attention.Queue(alive, [], [lim], NOW, mean=mean).reason(row)
+
+    assert reason(queued("q"), cap, mean=0.7) is None  # 6 + 2.5 + 2 x 0.70 = 9.90 fits
+    assert (
+        reason(queued("q"), cap, mean=0.8)
+        == "the fleet's daily budget of $10.00 has no room for another loop: $6.00 spent today, $2.50 held"
+        " by running loops, about $0.80 an iteration"
+    )
+    ran = dict(queued("q"), iteration=4, dollars=1.0)  # its own mean, $0.25, decides
+    assert reason(ran, cap, mean=0.8) is None
+    unknown = dict(cap, held_unknown=1)  # a hold of unknown cost counts as this loop's own two
+    assert reason(queued("q"), cap, mean=0.4) is None
+    assert reason(queued("q"), unknown, mean=0.4).startswith("the fleet's daily budget of $10.00 has no room")
+    assert reason(queued("q"), dict(cap, held_unknown=0), mean=None) is None
+    assert reason(queued("q"), unknown, mean=None) == (
+        "the fleet's daily budget of $10.00: a running loop's cost is not known yet, and it runs one at a"
+        " time until it is"
+    )
+    assert reason(queued("q"), dict(cap, held="lots"), mean=0.8) is None  # a value of the wrong type: none
+
+
 def test_attention_counts_and_holdings():
     rows = [
         {"id": "g", "name": "g", "status": "waiting_gate"},

@@ -34,7 +34,8 @@ def _fleet(reg) -> dict:
         ids[name] = (row["id"], row["generation"])
     reg.progress(*ids["gated"], status="waiting_gate", gate=GATE)
     reg.release(*ids["gated"], "waiting at gate budget-escalation")
-    reg.record_spend(*ids["busy"], 1.25, iteration=2, dollars=1.25, minutes=3.0)
+    # It goes on: it holds two more iterations at its mean cost, $0.625 each.
+    reg.record_spend(*ids["busy"], 1.25, iteration=2, dollars=1.25, minutes=3.0, reserve=0.625)
     reg.submit(kind="prompt", spec={"goal": "later work"}, repo=REPO_URL, name="later")
     reg.worker_beat(
         "w-alpha", "alpha", 2, 2, "acme", [i for i, _ in ids.values()],
@@ -135,7 +136,7 @@ def _rows_queue_spend_and_worker(page) -> None:
     expect(busy.locator("td.spend")).to_have_text("$1.25")
     expect(page.locator('#fleet-status button[data-status="queued"] .n')).to_have_text("1")
     expect(page.locator('#fleet-status button[data-status="gate"] .n')).to_have_text("1")
-    expect(page.locator("#fleet-spend")).to_contain_text("$1.25 of $50.00")
+    expect(page.locator("#fleet-spend")).to_contain_text("$1.25 of $50.00, $1.25 held by running loops")
     expect(page.locator('.pause[data-account="acme"]')).to_contain_text("usage limit (429)")
     worker = page.locator('li[data-worker="w-alpha"]')
     expect(worker).to_have_attribute("data-state", "alive")

@@ -32,31 +32,33 @@ def test_caps_are_set_per_scope_and_shown_with_todays_spend_and_pauses(db):
     reg = open_registry(db)
     loop = reg.submit(kind="prompt", spec={}, repo="/srv/r.git", account="team-a", tags=["night\x1b[31m"])
     reg.claim("w", "h")
-    reg.record_spend(loop["id"], 1, 1.25)
+    reg.record_spend(loop["id"], 1, 1.25, reserve=0.5, iteration=1, dollars=1.25)  # goes on: holds 2 x $0.50
     with reg.backend.tx() as tx:
         now = tx.one("SELECT {now} AS now")["now"]
     reg.pause_account("team-a", now + 3600, "usage limit (429)", "worker-1")
     reg.close()
     lines = run(db).stdout.splitlines()
     assert lines[0].startswith(f"fleet limits in {db}, day ") and "(UTC;" in lines[0]
-    assert (
-        [line.split() for line in lines[2:7]]
-        == [
-            ["fleet", "$20.00", "$1.25", "1", "4"],
-            ["account:team-a", "-", "$1.25", "1", "2"],
-            ["tag:night", "$2.50", "$0.00", "0", "-"],
-            ["tag:night\\e[31m", "-", "$1.25", "-", "-"],  # spend without a cap; the name escaped
-            ["paused:", "account", "team-a", "until"] + lines[6].split()[4:],
-        ]
-    )
-    assert lines[6].endswith("UTC (usage limit (429), by worker-1); its loops wait for the reset")
-    assert len(lines) == 7
-    data = json.loads(run(db, "--json").stdout)
-    assert [(r["scope"], r["spent_today"], r["running"]) for r in data["limits"]] == [
-        ("fleet", 1.25, 1),
-        ("account:team-a", 1.25, 1),
-        ("tag:night", 0.0, 0),
+    assert [line.split() for line in lines[1:6]] == [
+        ["scope", "dollars/day", "spent", "today", "held", "running", "max", "running"],
+        ["fleet", "$20.00", "$1.25", "$1.00", "1", "4"],
+        ["account:team-a", "-", "$1.25", "$1.00", "1", "2"],
+        ["tag:night", "$2.50", "$0.00", "$0.00", "0", "-"],
+        ["tag:night\\e[31m", "-", "$1.25", "-", "-", "-"],  # spend without a cap; the name escaped
     ]
+    assert lines[6].startswith("held: what running loops hold for iterations begun and not recorded yet")
+    assert lines[7].split()[:4] == ["paused:", "account", "team-a", "until"]
+    assert lines[7].endswith("UTC (usage limit (429), by worker-1); its loops wait for the reset")
+    assert len(lines) == 8
+    data = json.loads(run(db, "--json").stdout)
+    assert [
+        (r["scope"], r["spent_today"], r["held"], r["held_unknown"], r["running"]) for r in data["limits"]
+    ] == [
+        ("fleet", 1.25, 1.0, 0, 1),
+        ("account:team-a", 1.25, 1.0, 0, 1),
+        ("tag:night", 0.0, 0.0, 0, 0),
+    ]
+    assert data["iteration_mean"] == 1.25
     assert data["spend"]["tag:night\x1b[31m"] == 1.25 and data["pauses"][0]["account"] == "team-a"
 
 

@@ -15,6 +15,7 @@ import time
 import pytest
 
 import racers
+from loopwright.core import attention
 from loopwright.registry import LeaseLost, RegistryError, open_registry
 from loopwright.registry.limits import day_of
 from waiting import wait_for
@@ -260,6 +261,40 @@ def test_claims_hold_the_first_two_iterations_and_wait_for_a_cost_to_go_by(reg):
     assert claimed(reg) == ["q"] and (held(reg, "p"), held(reg, "q")) == (3.0, 3.0)
     reg.finish(p["id"], 1, "LOOP_DONE", "done")
     assert claimed(reg) == ["r"] and reg.spend_today() == 1.5  # $1.50 + $3.00 + $3.00
+
+
+def page_says(reg, name: str) -> str | None:
+    """Why the monitor's page says the queued loop ``name`` waits (core/attention.py), from
+    `fleet limits`' report, with a live worker that would take it."""
+    report = reg.limits_report()
+    queue = attention.Queue(
+        [{"worker": "w", "age": 1.0}], report["pauses"], report["limits"], report["now"],
+        mean=report["iteration_mean"],
+    )  # fmt: skip
+    return queue.reason(reg.fleet_loop(name))
+
+
+def test_the_page_says_a_loop_waits_for_room_exactly_when_a_claim_would_not_take_it(reg):
+    for name in ("p", "q", "r"):
+        submit(reg, name)
+    reg.set_limits("fleet", max_dollars_per_day=10)
+    assert claimed(reg) == ["p"]
+    assert page_says(reg, "q") == (
+        "the fleet's daily budget of $10.00: a running loop's cost is not known yet, and it runs one at a"
+        " time until it is"
+    )
+    p = reg.fleet_loop("p")
+    reg.record_spend(p["id"], 1, 1.5, iteration=1, dollars=1.5, reserve=1.5)
+    assert page_says(reg, "q") is None and claimed(reg) == ["q"]
+    fleet = reg.limits_report()["limits"][0]
+    assert (fleet["spent_today"], fleet["held"], fleet["held_unknown"], fleet["running"]) == (1.5, 6.0, 0, 2)
+    assert page_says(reg, "r") == (
+        "the fleet's daily budget of $10.00 has no room for another loop: $1.50 spent today, $6.00 held by"
+        " running loops, about $1.50 an iteration"
+    )
+    assert claimed(reg) == []
+    reg.finish(p["id"], 1, "LOOP_DONE", "done")  # its hold goes with it
+    assert page_says(reg, "r") is None and claimed(reg) == ["r"]
 
 
 def test_a_failover_its_cap_has_no_room_for_ends_out_of_budget(reg):

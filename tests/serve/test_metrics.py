@@ -101,7 +101,7 @@ def _fleet(reg) -> dict:
         assert claims[name]["name"] == name
     ran = reg.claim("w-beta", "beta", lease=600)
     assert ran["name"] == "run" and ran["failovers"] == 1
-    reg.record_spend(ran["id"], ran["generation"], 1.25, iteration=3, dollars=1.25)
+    reg.record_spend(ran["id"], ran["generation"], 1.25, iteration=3, dollars=1.25, reserve=0.4)  # holds 2 x
     for n, seconds in ((1, 20), (2, 70), (3, 400)):
         reg.add_event(ran["id"], ran["generation"], "iteration", iteration(n, seconds))
     g = claims["gate"]
@@ -140,6 +140,10 @@ def test_the_numbers_are_the_fleets(monitor):
     assert value(found, "loopwright_spend_dollars_today", scope="account:acme") == pytest.approx(1.75)
     assert value(found, "loopwright_fleet_cap_dollars", scope="fleet") == 50
     assert value(found, "loopwright_fleet_cap_dollars", scope="account:acme") == 10
+    assert value(found, "loopwright_held_dollars", scope="fleet") == pytest.approx(0.8)
+    assert value(found, "loopwright_held_dollars", scope="account:acme") == pytest.approx(0.8)
+    held = {dict(k[1])["scope"] for k in found if k[0] == "loopwright_held_dollars"}
+    assert held == {"fleet", "account:acme"}  # the capped scopes (and the fleet) a running loop counts in
     assert [value(found, "loopwright_workers", state=s) for s in ("alive", "stale", "stopped")] == [1, 1, 1]
     assert value(found, "loopwright_worker_slots", use="used") == 1
     assert value(found, "loopwright_worker_slots", use="free") == 1

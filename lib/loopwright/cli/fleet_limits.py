@@ -14,6 +14,13 @@ def _money(value) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
 
+def _held(row: dict) -> str:
+    """The dollars the scope's running loops hold, and ``+?`` when some hold a cost not known yet."""
+    if "held" not in row:
+        return "-"
+    return _money(row["held"]) + ("+?" if row.get("held_unknown") else "")
+
+
 def _count(value) -> str:
     return "-" if value is None else str(value)
 
@@ -35,12 +42,19 @@ def _show(report: dict, where: str) -> None:
     if not rows:
         echo("no limits set and nothing spent today")
     else:
-        echo(f"  {'scope':<24} {'dollars/day':>12} {'spent today':>12} {'running':>8} {'max running':>12}")
+        echo(
+            f"  {'scope':<24} {'dollars/day':>12} {'spent today':>12} {'held':>10} {'running':>8} "
+            f"{'max running':>12}"
+        )
     for row in sorted(rows.values(), key=lambda r: (r["scope"] != "fleet", r["scope"])):
-        running = row.get("running")
         echo(
             f"  {row['scope']:<24} {_money(row['max_dollars_per_day']):>12} {_money(row['spent_today']):>12} "
-            f"{_count(running):>8} {_count(row['max_running']):>12}"
+            f"{_held(row):>10} {_count(row.get('running')):>8} {_count(row['max_running']):>12}"
+        )
+    if any(r.get("held") or r.get("held_unknown") for r in rows.values()):
+        echo(
+            "held: what running loops hold for iterations begun and not recorded yet; a claim counts"
+            " it as spent (a ? is a cost not known yet)"
         )
     for pause in report["pauses"]:
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(pause["until"]))

@@ -26,6 +26,9 @@ STALE_AFTER = 60.0
 STOPPED_AFTER = 600.0
 WORKER_STATES = (ALIVE, STALE, STOPPED)
 HELD = ("running", "waiting_gate")
+# Iterations of a loop's expected cost a claim holds under a dollar cap: the one it begins and
+# the one it may begin before the first is recorded (registry/reservations.py).
+AHEAD = 2
 
 
 def failed(outcome) -> bool:
@@ -89,8 +92,10 @@ class Queue:
     and their use today, the live workers; ``accepts(worker, row)`` (None, or the reason it
     would refuse the row: its repository, its verify) for workers that publish what they take."""
 
-    def __init__(self, workers: list[dict], pauses: list[dict], limits: list[dict], now: float, accepts=None):
-        self.now, self.accepts = now, accepts
+    def __init__(
+        self, workers: list[dict], pauses: list[dict], limits: list[dict], now: float, accepts=None, mean=None
+    ):
+        self.now, self.accepts, self.mean = now, accepts, _number(mean)
         self.pauses = {
             p["account"]: p
             for p in pauses
@@ -108,12 +113,47 @@ class Queue:
         tail = f": {why}" if isinstance(why, str) and why else ""
         return f"account {row['account']} is paused until {_utc(float(pause['until']))}{tail}"
 
+    def _each(self, row: dict) -> float | None:
+        """What a claim would expect an iteration of ``row`` to cost: its own mean when it ran
+        before, else the fleet's (registry/reservations.py holds two of them at a claim)."""
+        iterations, dollars = row.get("iteration"), _number(row.get("dollars"))
+        if type(iterations) is int and iterations > 0 and dollars is not None:
+            return max(0.0, dollars) / iterations
+        return self.mean
+
+    def _unaffordable(self, row: dict, scope: str, lim: dict) -> str | None:
+        """Why a claim would not fit under ``scope``'s daily budget, spent or held by running loops."""
+        cap, spent = _number(lim.get("max_dollars_per_day")), _number(lim.get("spent_today")) or 0.0
+        if cap is None:
+            return None
+        whose = f"{_whose(scope)} daily budget of ${cap:,.2f}"
+        if spent >= cap:
+            return f"{whose} is spent (${spent:,.2f} today)"
+        held, unknown, each = (
+            _number(lim.get("held")) or 0.0,
+            _number(lim.get("held_unknown")) or 0,
+            self._each(row),
+        )
+        if each is None:
+            if unknown > 0:
+                return (
+                    f"{whose}: a running loop's cost is not known yet, and it runs one at a time until it is"
+                )
+            return None
+        held += unknown * AHEAD * each  # a hold of unknown cost counted as this loop's (as a claim does)
+        if spent + held + AHEAD * each > cap + 1e-9:
+            return (
+                f"{whose} has no room for another loop: ${spent:,.2f} spent today, ${held:,.2f} held by"
+                f" running loops, about ${each:,.2f} an iteration"
+            )
+        return None
+
     def _capped(self, row: dict) -> str | None:
         for scope in _scopes(row):
             lim = self.limits.get(scope) or {}
-            cap, spent = _number(lim.get("max_dollars_per_day")), _number(lim.get("spent_today")) or 0.0
-            if cap is not None and spent >= cap:
-                return f"{_whose(scope)} daily budget of ${cap:,.2f} is spent (${spent:,.2f} today)"
+            why = self._unaffordable(row, scope, lim)
+            if why:
+                return why
             cap, running = _number(lim.get("max_running")), _number(lim.get("running")) or 0.0
             if cap is not None and running >= cap:
                 return f"{_whose(scope)} cap of {cap:.0f} running loops is reached"
@@ -155,12 +195,18 @@ def holdings(rows: list[dict], workers: list[dict]) -> dict[str, list[str]]:
 
 
 def attention(
-    rows: list[dict], workers: list[dict], pauses: list[dict], limits: list[dict], now: float, accepts=None
+    rows: list[dict],
+    workers: list[dict],
+    pauses: list[dict],
+    limits: list[dict],
+    now: float,
+    accepts=None,
+    mean=None,
 ) -> dict:
     """What needs the operator among ``rows`` (fleet loops) and ``workers``: by loop id, why it
     is stuck in the queue or how it failed; by worker, its state and the loops it holds; and
     the counts of each (``gates``, ``failed``, ``stuck``, ``workers`` stale or stopped)."""
-    queue = Queue(workers, pauses, limits, now, accepts)
+    queue = Queue(workers, pauses, limits, now, accepts, mean)
     stuck, failures, gates = {}, {}, []
     for row in rows:
         status = row.get("status")
@@ -185,12 +231,12 @@ def attention(
 
 
 def stuck_reasons(
-    groups: list[dict], workers: list[dict], pauses: list[dict], limits: list[dict], now: float
+    groups: list[dict], workers: list[dict], pauses: list[dict], limits: list[dict], now: float, mean=None
 ) -> list[list]:
     """Why queued loops wait, over the whole queue: ``groups`` are its loops by account and
     tags, each with ``n``; the answer is ``[reason, loops]`` pairs, the most loops first. The
     counts a page shows come from here, not from the loops it lists (a few hundred of them)."""
-    queue = Queue(workers, pauses, limits, now)
+    queue = Queue(workers, pauses, limits, now, mean=mean)
     by: dict[str, int] = {}
     for group in groups:
         why = queue.reason({"account": group.get("account"), "tags": group.get("tags"), "status": "queued"})

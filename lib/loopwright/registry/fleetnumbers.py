@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 
 from loopwright.core.durations import NO_ITERATION, Histogram, iteration_of
-from loopwright.registry.limits import day_of
+from loopwright.registry import reservations
+from loopwright.registry.limits import day_of, scopes_of
 from loopwright.registry.queue import json_value
 from loopwright.registry.workers import WORKER_STATES, worker_state
 
@@ -55,13 +56,14 @@ def _num(value) -> float:
 
 def fleet_numbers(registry) -> dict:
     """The fleet now: loops by (status, account) with the totals over them, ended loops by
-    outcome, today's spend and the daily caps by scope, and the workers by state with the
-    slots of the live ones."""
+    outcome, today's spend, the daily caps and what running loops hold against them by scope,
+    and the workers by state with the slots of the live ones."""
     with registry.backend.tx() as tx:
         groups = tx.rows(BY_STATUS)
         day = day_of(tx.one("SELECT {now} AS now")["now"])
         spend = tx.rows(SPEND, (day,))
         caps = tx.rows(CAPS)
+        running = reservations.by_scope(tx, scopes_of)
     workers = registry.workers()
     states = dict.fromkeys(WORKER_STATES, 0)
     slots = used = 0
@@ -79,6 +81,10 @@ def fleet_numbers(registry) -> dict:
         "ended": _ended(groups),
         "spend": {str(r["scope"]): _num(r["dollars"]) for r in spend},
         "caps": {str(r["scope"]): _num(r["max_dollars_per_day"]) for r in caps},
+        # What running loops hold against each dollar cap (and the fleet's, capped or not).
+        "held": {
+            s: _num(v["held"]) for s, v in running.items() if s == "fleet" or s in {r["scope"] for r in caps}
+        },
         "workers": states,
         "slots": slots,
         "slots_used": used,

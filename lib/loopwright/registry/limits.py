@@ -308,20 +308,31 @@ class Limits:
         return self.limits_report()["limits"]
 
     def limits_report(self) -> dict:
-        """The UTC day, the limits (as :meth:`limits`), today's spend of every scope that spent
-        and the pauses in force: what `loopwright fleet limits` and the page show."""
+        """The UTC day, the limits (as :meth:`limits`), each with today's spend, its running
+        loops and what they hold (registry/reservations.by_scope), today's spend of every scope
+        that spent, the pauses in force, and the fleet's mean iteration cost (what a claim
+        holds for a loop that has none of its own): what `fleet limits` and the page show."""
         with self.backend.tx() as tx:
             now = tx.one("SELECT {now} AS now")["now"]
             day = day_of(now)
             rows = tx.rows(LIMITS)
             spend = {r["scope"]: r["dollars"] for r in tx.rows(SPEND_OF_DAY, (day,))}
-            running: Counter = Counter()
-            for row in tx.rows(RUNNING):
-                running.update(scopes_of(row["account"], json_value(row["tags"])))
+            running = reservations.by_scope(tx, scopes_of)
             pauses = tx.rows(PAUSES + " ORDER BY account")
+            mean = reservations.fleet_mean(tx)
         rows.sort(key=lambda r: (r["scope"] != FLEET, r["scope"]))
-        limits = [dict(r, spent_today=spend.get(r["scope"], 0.0), running=running[r["scope"]]) for r in rows]
-        return {"day": day, "now": now, "limits": limits, "spend": spend, "pauses": pauses}
+        idle = {"running": 0, "held": 0.0, "held_unknown": 0}
+        limits = [
+            dict(r, spent_today=spend.get(r["scope"], 0.0), **running.get(r["scope"], idle)) for r in rows
+        ]
+        return {
+            "day": day,
+            "now": now,
+            "limits": limits,
+            "spend": spend,
+            "pauses": pauses,
+            "iteration_mean": mean,
+        }
 
     def spend_today(self, scope: str = FLEET) -> float:
         """Dollars ``scope`` spent today (UTC, by the database's clock)."""

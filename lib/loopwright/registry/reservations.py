@@ -18,10 +18,13 @@ holds nothing, whatever its row says.
 
 from __future__ import annotations
 
+from loopwright.core import attention
 from loopwright.registry.queue import json_value
 
 EPSILON = 1e-9  # sums of dollar amounts compared with a cap: float noise is not "past it"
-AHEAD = 2  # iterations a loop holds: the one under way and the one it may begin next
+# Iterations a loop holds: the one under way and the one it may begin next (the page's reasons
+# for a stuck loop count the same: core/attention.py).
+AHEAD = attention.AHEAD
 RUNNING_HELD = "SELECT id, account, tags, reserved FROM fleet_loops WHERE status = 'running'"
 # The fleet's recent mean iteration cost: the first estimate of a loop that has none of its own.
 FLEET_MEAN = (
@@ -58,6 +61,23 @@ def held(tx, scopes_of, capped, but: str | None = None) -> tuple[dict, dict, dic
             else:
                 dollars[scope] += max(0.0, float(row["reserved"]))
     return dollars, unknown, own
+
+
+def by_scope(tx, scopes_of) -> dict[str, dict]:
+    """Every scope a running loop counts in: ``running`` loops, the dollars they ``held`` for
+    iterations begun or about to begin and not recorded yet, and how many hold a cost not known
+    yet (``held_unknown``): what `fleet limits`, the page and the metrics show beside today's
+    spend, since a claim or a boundary counts them against a cap as if spent."""
+    out: dict[str, dict] = {}
+    for row in tx.rows(RUNNING_HELD):
+        for scope in scopes_of(row["account"], json_value(row["tags"])):
+            mine = out.setdefault(scope, {"running": 0, "held": 0.0, "held_unknown": 0})
+            mine["running"] += 1
+            if row["reserved"] is None:
+                mine["held_unknown"] += 1
+            else:
+                mine["held"] += max(0.0, float(row["reserved"]))
+    return out
 
 
 def fleet_mean(tx) -> float | None:

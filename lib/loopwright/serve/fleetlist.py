@@ -144,12 +144,14 @@ function fleetSpend(data) {
   const capped = own && own.max_dollars_per_day != null;
   const cap = capped ? ' of ' + money(own.max_dollars_per_day) : ' (no daily cap)';
   const line = document.getElementById('fleet-spend');
-  const today = `fleet spend today (${text(limits.day)} UTC): ${money(spend.fleet)}${cap}`;
+  // What running loops hold for iterations begun and not recorded: a claim counts it as spent.
+  const held = l => num(l && l.held) > 0 ? `, ${money(l.held)} held by running loops` : '';
+  const today = `fleet spend today (${text(limits.day)} UTC): ${money(spend.fleet)}${cap}${held(own)}`;
   line.replaceChildren(el('span', today));
   for (const l of caps.filter(l => l.scope !== 'fleet')) {
     const parts = [];
     if (l.max_dollars_per_day != null)
-      parts.push(`${money(l.spent_today)} of ${money(l.max_dollars_per_day)} today`);
+      parts.push(`${money(l.spent_today)} of ${money(l.max_dollars_per_day)} today${held(l)}`);
     if (l.max_running != null) parts.push(`${num(l.running)} of ${num(l.max_running)} running`);
     line.appendChild(el('span', `${l.scope}: ${parts.join(', ')}`));
   }

@@ -86,10 +86,9 @@ def snapshot(registry) -> dict:
     workers = registry.workers()
     counts = registry.fleet_counts()
     limits = registry.limits_report()
-    seen = attention.attention(rows, workers, limits["pauses"], limits["limits"], limits["now"])
-    why = attention.stuck_reasons(
-        registry.queued_groups(), workers, limits["pauses"], limits["limits"], limits["now"]
-    )
+    queue = (limits["pauses"], limits["limits"], limits["now"])
+    seen = attention.attention(rows, workers, *queue, mean=limits["iteration_mean"])
+    why = attention.stuck_reasons(registry.queued_groups(), workers, *queue, mean=limits["iteration_mean"])
     queue = {k: v for k, v in counts.items() if k != "failed"}
     for w in workers:
         w["state"], w["holds"] = seen["workers"][str(w["worker"])], seen["holds"][str(w["worker"])]

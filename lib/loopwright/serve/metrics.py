@@ -128,6 +128,8 @@ def families(fleet: dict, durations: dict[str, Histogram], took: float) -> list:
             "scope", fleet["spend"], keep=("fleet",)),
         _by("loopwright_fleet_cap_dollars", "Daily dollar caps by scope.", "scope", fleet["caps"],
             keep=("fleet",)),
+        _by("loopwright_held_dollars", "Dollars running loops hold for iterations begun and not recorded "
+            "yet, by capped scope (a claim counts them as spent).", "scope", fleet["held"], keep=("fleet",)),
         iterations,
         _counter("loopwright_failovers_total", "Fleet loops taken over after their worker went away.",
                  fleet["failovers"]),
