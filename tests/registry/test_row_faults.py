@@ -257,3 +257,20 @@ def test_fleet_ls_of_a_10_mb_goal_written_by_sql_stays_small(registry_url):
         capture_output=True, text=True, timeout=120, env=lw_env(),
     )  # fmt: skip
     assert "the first line" in shown.stdout and len(shown.stdout) < 1000
+
+
+def test_holds_written_by_hand_out_of_range_are_shown_as_none(reg):
+    """A hold below 0, NaN or past any budget in a row someone wrote is none in `fleet limits`,
+    on the page and in the metrics (a sum of them would be NaN or absurd); a good one counts."""
+    for name in ("negative", "nan", "huge", "good"):
+        submit(reg, name)
+        assert reg.claim("w1", "h")["name"] == name
+    nan = "'NaN'::float8" if reg.backend.dialect == "postgres" else "NULL"  # SQLite keeps no NaN
+    sql(reg, "UPDATE fleet_loops SET reserved = -5 WHERE name = 'negative'")
+    sql(reg, f"UPDATE fleet_loops SET reserved = {nan} WHERE name = 'nan'")
+    sql(reg, "UPDATE fleet_loops SET reserved = 1e300 WHERE name = 'huge'")
+    sql(reg, "UPDATE fleet_loops SET reserved = 2.5 WHERE name = 'good'")
+    reg.set_limits("fleet", max_dollars_per_day=100)
+    fleet = reg.limits_report()["limits"][0]
+    assert (fleet["running"], fleet["held"]) == (4, 2.5)
+    assert fleet["held_unknown"] == (0 if reg.backend.dialect == "postgres" else 1)

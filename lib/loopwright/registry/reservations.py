@@ -32,6 +32,13 @@ FLEET_MEAN = (
     "WHERE iteration > 0 AND updated_at > {now} - 86400"
 )
 HOLD = "UPDATE fleet_loops SET reserved = %s WHERE id = %s"
+# The running loops in a few groups (their account and tags decide their scopes), not a row each.
+RUNNING_BY_SCOPE = (
+    "SELECT account, tags, COUNT(*) AS n, SUM(CASE WHEN reserved IS NULL THEN 1 ELSE 0 END) AS unknown, "
+    # A hold below 0, NaN or past any budget (a hand-written row) is shown as none.
+    "SUM(CASE WHEN reserved > 0 AND reserved < 1e15 THEN reserved ELSE 0 END) AS held "
+    "FROM fleet_loops WHERE status = 'running' GROUP BY account, tags"
+)
 
 
 def lock_caps(tx, dialect: str, scopes=None) -> list[dict]:
@@ -69,14 +76,12 @@ def by_scope(tx, scopes_of) -> dict[str, dict]:
     yet (``held_unknown``): what `fleet limits`, the page and the metrics show beside today's
     spend, since a claim or a boundary counts them against a cap as if spent."""
     out: dict[str, dict] = {}
-    for row in tx.rows(RUNNING_HELD):
-        for scope in scopes_of(row["account"], json_value(row["tags"])):
+    for group in tx.rows(RUNNING_BY_SCOPE):
+        for scope in scopes_of(group["account"], json_value(group["tags"])):
             mine = out.setdefault(scope, {"running": 0, "held": 0.0, "held_unknown": 0})
-            mine["running"] += 1
-            if row["reserved"] is None:
-                mine["held_unknown"] += 1
-            else:
-                mine["held"] += max(0.0, float(row["reserved"]))
+            mine["running"] += int(group["n"])
+            mine["held_unknown"] += int(group["unknown"] or 0)
+            mine["held"] += float(group["held"] or 0.0)
     return out
 
 
