@@ -359,6 +359,43 @@ def test_the_stuck_count_and_its_reasons_cover_the_queue_past_the_loops_listed(m
     assert capped == "tag nightly's cap of 0 running loops is reached"
 
 
+def test_loops_no_live_worker_accepts_are_stuck_with_the_option_that_would_take_them(monitor, monkeypatch):
+    """Queued before the workers changed what they take: a repository or a verify no live
+    worker accepts is a stuck loop on the page, counted over the whole queue (the verify read
+    from each spec's text, whatever else its goal says)."""
+    monkeypatch.setattr(fleetwatch, "MAX_LOOPS", 2)
+    c, reg = client(monitor), monitor.registry
+    quoted = 'pytest -q "a b"'
+    specs = {
+        "elsewhere-0": ("https://example.com/other/x.git", {"goal": "g"}),
+        "elsewhere-1": ("https://example.com/other/x.git", {"goal": 'say ,"verify":"make test"'}),
+        "rm-0": (REPO_URL, {"verify": "rm -rf /", "goal": "g"}),
+        "rm-1": (REPO_URL, {"goal": "g\n", "verify": "rm -rf /"}),
+        "quoted": (REPO_URL, {"goal": 'a "verify": "make test" b', "verify": quoted}),
+        "allowed": (REPO_URL, {"goal": "g", "verify": "make test"}),
+        "plain": (REPO_URL, {"goal": '{"verify":"rm"}'}),
+    }
+    for name, (repo, spec) in specs.items():
+        reg.submit(kind="prompt", spec=spec, repo=repo, name=name)
+    reg.worker_beat(
+        "w-1", "alpha", 4, 0, None, [], allow_repo=["https://example.com/acme/*"], allow_verify=["make test"]
+    )
+    fleet = c.get("/api/fleet").json()
+    assert fleet["attention"]["stuck"] == 5 and len(fleet["loops"]) == 2
+    why = dict((reason, n) for reason, n in fleet["stuck_why"])
+    lead = "no live worker accepts it: its "
+    assert why == {
+        lead + "repository (start a worker with --allow-repo https://example.com/other/x)": 2,
+        lead + "verify (start a worker with --allow-verify 'rm -rf /')": 2,
+        lead + "verify (start a worker with --allow-verify 'pytest -q \"a b\"')": 1,
+    }
+    listed = {r["name"]: r["stuck"] for r in fleet["loops"]}
+    assert listed == {
+        "elsewhere-0": lead + "repository (start a worker with --allow-repo https://example.com/other/x)",
+        "elsewhere-1": lead + "repository (start a worker with --allow-repo https://example.com/other/x)",
+    }
+
+
 def test_the_list_reads_a_bounded_head_of_a_huge_goal_written_by_sql(monitor):
     c, reg = client(monitor), monitor.registry
     assert submit(c, goal="short", name="huge").status_code == 201

@@ -231,15 +231,24 @@ def attention(
 
 
 def stuck_reasons(
-    groups: list[dict], workers: list[dict], pauses: list[dict], limits: list[dict], now: float, mean=None
+    groups: list[dict],
+    workers: list[dict],
+    pauses: list[dict],
+    limits: list[dict],
+    now: float,
+    accepts=None,
+    mean=None,
 ) -> list[list]:
-    """Why queued loops wait, over the whole queue: ``groups`` are its loops by account and
-    tags, each with ``n``; the answer is ``[reason, loops]`` pairs, the most loops first. The
-    counts a page shows come from here, not from the loops it lists (a few hundred of them)."""
-    queue = Queue(workers, pauses, limits, now, mean=mean)
+    """Why queued loops wait, over the whole queue: ``groups`` are its loops by what decides
+    it (``account``, ``tags``, ``repo``, ``spec``), each with ``n``; the answer is ``[reason,
+    loops]`` pairs, the most loops first. The counts a page shows come from here, not from the
+    loops it lists (a few hundred of them)."""
+    queue = Queue(workers, pauses, limits, now, accepts, mean)
     by: dict[str, int] = {}
     for group in groups:
-        why = queue.reason({"account": group.get("account"), "tags": group.get("tags"), "status": "queued"})
+        why = queue.reason(
+            dict({k: group.get(k) for k in ("account", "tags", "repo", "spec")}, status="queued")
+        )
         n = group.get("n")
         if why and isinstance(n, int) and not isinstance(n, bool) and n > 0:
             by[why] = by.get(why, 0) + n

@@ -164,6 +164,29 @@ class Takers:
         )
 
 
+class Acceptance:
+    """What each worker accepts, as the monitor's page asks it (core/attention.Queue's
+    ``accepts``): ``Acceptance(workers)(worker, row)`` is None when ``worker`` would take the
+    queued ``row`` (its repository and verify), else why not, with the option that would let
+    a worker take it. A worker's patterns are compiled once per snapshot, not once per loop."""
+
+    def __init__(self, workers: list[dict]) -> None:
+        self._of = {
+            str(w.get("worker")): (_allows(w.get("allow_repo")), _verifies(w.get("allow_verify")))
+            for w in workers
+        }
+
+    def __call__(self, worker: dict, row: dict) -> str | None:
+        allows, verifies = self._of.get(str(worker.get("worker")), (None, None))
+        repo = row.get("repo")
+        if allows is not None and not (isinstance(repo, str) and allows(repo)):
+            shown = _canonical(repo) if isinstance(repo, str) else "(none)"
+            return f"its repository (start a worker with --allow-repo {shlex.quote(one_line(shown)[:200])})"
+        if verifies is not None and verifies.why_not(row.get("spec")) is not None:
+            return f"its verify (start a worker with --allow-verify {_suggested(verify_of(row.get('spec')))})"
+        return None
+
+
 def _canonical(repo: str) -> str:
     """The repository as --allow-repo patterns are matched against it (as given when refused)."""
     try:

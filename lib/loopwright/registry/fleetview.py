@@ -10,6 +10,7 @@ does not look changed every few seconds.
 
 from __future__ import annotations
 
+from loopwright.core import jsoncodec
 from loopwright.core.attention import STALE_AFTER, STOPPED_AFTER, failure_sql
 from loopwright.registry.listing import listed_row
 from loopwright.registry.queue import json_value, loop_row
@@ -52,11 +53,28 @@ PAGE_PARTS = (
     f"WHERE status = 'ended' AND NOT {FAILED} ORDER BY created_at DESC, seq DESC",
 )
 FAILURES_SHOWN = 0.2  # of the rows a page holds, at most this share for failures
-# Why a queued loop waits depends on its account and tags only (core/attention.Queue): the whole
-# queue in a few groups, however many loops it holds beyond the ones a page lists.
-QUEUED_GROUPS = (
-    "SELECT account, tags, COUNT(*) AS n FROM fleet_loops WHERE status = 'queued' GROUP BY account, tags"
-)
+# Why a queued loop waits depends on its account, tags, repository and verify only
+# (core/attention.Queue): the whole queue in a few groups, however many loops it holds beyond
+# the ones a page lists. On PostgreSQL the verify is found in the spec's text by a pattern that
+# never fails on text that is not JSON (a cast would, and a hand-written row would then break
+# the page): a top-level "verify" member follows "{" or "," outside any string (a quote inside
+# one is escaped), and its value is a JSON string or a bare word, decoded here.
+VERIFY_MEMBER = r'[{,]"verify":\s*("(?:[^"\\]|\\.)*"|[^,}\s]+)'
+QUEUED_GROUPS = {
+    "postgres": (
+        "SELECT account, tags, repo, substring(spec from %s) AS verify, COUNT(*) AS n FROM fleet_loops "
+        "WHERE status = 'queued' GROUP BY 1, 2, 3, 4"
+    ),
+    # The embedded database (one machine's queue): each spec read and parsed here.
+    "sqlite": "SELECT account, tags, repo, spec FROM fleet_loops WHERE status = 'queued'",
+}
+
+
+def _verify_text(spec) -> str | None:
+    """The spec's verify as JSON text (as PostgreSQL's pattern finds it), None for none."""
+    value = json_value(spec) if isinstance(spec, str) else None
+    verify = value.get("verify") if isinstance(value, dict) else None
+    return None if verify is None else jsoncodec.dumps(verify).decode()
 
 
 class FleetView:
@@ -83,10 +101,31 @@ class FleetView:
         return counts
 
     def queued_groups(self) -> list[dict]:
-        """The queue by account and tags: ``account``, ``tags`` (decoded), ``n`` loops."""
+        """The queue by what decides whether a worker takes a loop: ``account``, ``tags``,
+        ``repo`` and ``spec`` (its ``verify`` only), with ``n`` loops each."""
+        dialect = self.backend.dialect
         with self.backend.tx() as tx:
-            rows = tx.rows(QUEUED_GROUPS)
-        return [{"account": r["account"], "tags": json_value(r["tags"]), "n": int(r["n"])} for r in rows]
+            if dialect == "postgres":
+                rows = tx.rows(QUEUED_GROUPS[dialect], (VERIFY_MEMBER,))
+            else:
+                rows = [
+                    dict(r, verify=_verify_text(r.pop("spec")), n=1) for r in tx.rows(QUEUED_GROUPS[dialect])
+                ]
+        groups: dict = {}
+        for r in rows:
+            verify = json_value(r["verify"]) if isinstance(r["verify"], str) else None
+            key = (r["account"], r["tags"], r["repo"], jsoncodec.dumps(verify))
+            if key not in groups:
+                spec = {"verify": verify} if verify is not None else {}
+                groups[key] = {
+                    "account": r["account"],
+                    "tags": json_value(r["tags"]),
+                    "repo": r["repo"],
+                    "spec": spec,
+                    "n": 0,
+                }
+            groups[key]["n"] += int(r["n"])
+        return list(groups.values())
 
     def page_loops(self, limit: int = 500) -> list[dict]:
         """At most ``limit`` loops, most pressing first (PAGE_PARTS): every held loop the

@@ -18,6 +18,7 @@ import threading
 import time
 
 from loopwright.core import attention, jsoncodec
+from loopwright.fleet.consent import Acceptance
 from loopwright.registry.queue import CONTROL_CHANNEL, PROGRESS_CHANNEL, QUEUE_CHANNEL
 
 CHANNELS = (QUEUE_CHANNEL, CONTROL_CHANNEL, PROGRESS_CHANNEL)
@@ -86,7 +87,7 @@ def snapshot(registry) -> dict:
     workers = registry.workers()
     counts = registry.fleet_counts()
     limits = registry.limits_report()
-    queue = (limits["pauses"], limits["limits"], limits["now"])
+    queue = (limits["pauses"], limits["limits"], limits["now"], Acceptance(workers))
     seen = attention.attention(rows, workers, *queue, mean=limits["iteration_mean"])
     why = attention.stuck_reasons(registry.queued_groups(), workers, *queue, mean=limits["iteration_mean"])
     queue = {k: v for k, v in counts.items() if k != "failed"}
