@@ -247,6 +247,18 @@ def test_fleet_ls_says_why_a_queued_loop_waits(registry_url, tmp_path):
         "plain": None,
         "theirs": "no live worker runs account b",
     }
+    reg = open_registry(registry_url)
+    try:  # the fleet's own limits hold loops back too, as the monitor's page says
+        reg.pause_account("a", reg.limits_report()["now"] + 3600, "usage limit (429)", "w1")
+    finally:
+        reg.close()
+    rows = json.loads(lw(tmp_path, "fleet", "ls", "--db", registry_url, "--json").stdout)
+    assert {r["name"]: (r["waiting"] or "")[:28] for r in rows} == {
+        "checked": "no live worker accepts its v",
+        "plain": "account a is paused until 20",
+        "theirs": "no live worker runs account ",
+    }
+    assert next(r["waiting"] for r in rows if r["name"] == "plain").endswith(" UTC: usage limit (429)")
 
 
 def test_a_worker_that_said_it_stopped_is_not_asked(registry_url, tmp_path):

@@ -75,18 +75,24 @@ def loop_rows(reg, status: str | None) -> list[dict]:
 
 
 def waiting_reasons(reg, rows: list[dict]) -> dict:
-    """Why each queued loop waits, by id, when no live worker would take it (its repository,
-    verify or account), read from what the workers publish."""
+    """Why each queued loop waits, by id, when no claim would take it now: no live worker
+    would (its repository, verify or account, from what the workers publish), or the fleet's
+    limits hold it back (its account paused, a cap spent or without room: core/attention.py,
+    as the monitor's page says it)."""
     queued = [r for r in rows if r["status"] == "queued"]
     if not queued:
         return {}
+    from loopwright.core.attention import Queue
     from loopwright.fleet.consent import Takers
 
-    takers, why = Takers(reg.workers()), {}
+    workers, report = reg.workers(), reg.limits_report()
+    takers, why = Takers(workers), {}
+    limits = Queue(workers, report["pauses"], report["limits"], report["now"], mean=report["iteration_mean"])
     for r in queued:
         unserved = takers.unserved(r["repo"], r["spec"], r["account"])
-        if unserved:
-            why[r["id"]] = unserved.short
+        reason = unserved.short if unserved else limits.held_back(r)
+        if reason:
+            why[r["id"]] = reason
     return why
 
 

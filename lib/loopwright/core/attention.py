@@ -181,7 +181,12 @@ class Queue:
         own = row.get("waiting_reason")
         if isinstance(own, str) and own.strip():
             return own.strip()
-        return self._paused(row) or self._capped(row) or self._unserved(row)
+        return self.held_back(row) or self._unserved(row)
+
+    def held_back(self, row: dict) -> str | None:
+        """Why the fleet's own rules keep the queued ``row`` from a claim now, whatever the
+        workers: its account paused, a cap spent or without room (None: they would let it)."""
+        return self._paused(row) or self._capped(row)
 
 
 def holdings(rows: list[dict], workers: list[dict]) -> dict[str, list[str]]:
