@@ -351,6 +351,35 @@ def test_fleet_workers_shows_each_workers_state(registry_url, tmp_path):
     assert {w["worker"]: w["state"] for w in listed}["w-stale"] == "stale"
 
 
+def test_stopped_workers_are_forgotten_on_request_and_live_ones_never(registry_url, tmp_path):
+    """A worker's row stays after it leaves (`fleet workers` says it stopped); one restarted
+    under a new name would leave rows for ever: --forget and --forget-stopped remove them."""
+    reg = open_registry(registry_url)
+    try:
+        for name in ("w-alive", "w-stale", "w-left", "w-silent", "w-left-2"):
+            reg.worker_beat(name, "host-a", 2, 0, None, [], lease=6)
+        with reg.backend.tx() as tx:
+            tx.run("UPDATE fleet_workers SET beat_at = beat_at - 60 WHERE worker = 'w-stale'")
+            tx.run("UPDATE fleet_workers SET beat_at = beat_at - 700 WHERE worker = 'w-silent'")
+        reg.worker_stopped("w-left")
+        reg.worker_stopped("w-left-2")
+    finally:
+        reg.close()
+
+    def forget(*args):
+        return cli(tmp_path, "fleet", "workers", "--db", registry_url, *args)
+
+    assert "worker w-stale has not stopped" in one_line_error(
+        forget("--forget", "w-left", "--forget", "w-stale")
+    )
+    assert "no worker named 'w-nope'" in one_line_error(forget("--forget", "w-nope"))
+    assert forget("--forget", "w-left").stdout == "forgot 1 stopped worker: w-left\n"
+    assert forget("--forget-stopped").stdout == "forgot 2 stopped workers: w-left-2, w-silent\n"
+    assert forget("--forget-stopped").stdout == "forgot 0 stopped workers\n"
+    listed = json.loads(forget("--json").stdout)
+    assert sorted(w["worker"] for w in listed) == ["w-alive", "w-stale"]
+
+
 def test_fleet_ls_watch_without_a_terminal_prints_each_change(registry_url, tmp_path):
     import signal
 

@@ -9,6 +9,7 @@ import json
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 import fakeapi
@@ -174,3 +175,62 @@ def test_a_worker_given_hostile_urls_by_sql_connects_to_no_disguised_host(pg_url
     assert {status[r] for r in refused} == {"queued"}
     assert server.conversation_requests == []
     assert [p.name for p in (data / "work").iterdir()] == [], "nothing was cloned"
+
+
+def _subjects(remote: Path, branch: str) -> list[str]:
+    return git("--git-dir", str(remote), "log", "--format=%s", "--reverse", f"main..{branch}").splitlines()
+
+
+def test_a_cancel_ends_a_running_loop_at_once_without_finishing_its_turn(registry_url, remote, tmp_path):
+    """`fleet cancel` while the agent's tool call runs: the worker ends the loop CANCELLED at
+    once (not when the turn would have ended), its client and the tool it ran are stopped, what
+    the turn left is on the loop's branch, and the worker says "ended" once, with the reason.
+    The loop that ran before it ends with one commit per iteration, no empty one after them."""
+    url = str(registry_url)
+    began = tmp_path / "the-slow-call-began"
+    for name, goal in (("quick", "write the notes"), ("slow", "take your time")):
+        queued = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", name,
+                         "--completion-promise", "DONE", "--max-iterations", "5", goal)  # fmt: skip
+        assert queued.returncode == 0, queued.stderr
+    replies = [
+        fakeapi.bash("echo one > notes.txt"),
+        fakeapi.text("One written."),
+        fakeapi.bash("echo two >> notes.txt"),
+        fakeapi.text("Done.\n<promise>DONE</promise>"),
+        fakeapi.bash(f"echo started > slow.txt; touch {began}; sleep 97; echo late >> slow.txt"),
+        fakeapi.text("Finished, slowly."),
+    ]
+    with fakeapi.ScriptedServer(replies) as server:
+        notified = tmp_path / "notified.jsonl"  # the worker's --notify reaches each loop's runner
+        hook = f"command:(cat; echo) >> {notified}"
+        worker = start_worker(url, remote, tmp_path / "w1", server, tmp_path / "home", f"--notify={hook}")
+        try:
+            wait_for(began.exists, "the slow tool call to begin", within=240, every=0.2, proc=worker)
+
+            def done_told():
+                text = notified.read_text() if notified.exists() else ""
+                return "LOOP_DONE" in text and text
+
+            told = wait_for(done_told, "the quick loop's end to be told", within=60, every=0.2, proc=worker)
+            asked = lw("fleet", "cancel", "slow", "--db", url)
+            row = wait_for(lambda: row_of(url, "slow").get("status") == "ended" and row_of(url, "slow"),
+                           "the cancelled loop to end", within=45, every=0.2, proc=worker)  # fmt: skip
+            sleeping = [
+                p for p in psutil.process_iter(["cmdline"]) if "sleep 97" in " ".join(p.info["cmdline"] or [])
+            ]
+        finally:
+            log = stop_worker(worker)
+    assert asked.returncode == 0, asked.stderr
+    assert any(json.loads(line).get("outcome") == "LOOP_DONE" for line in told.splitlines() if line.strip())
+    assert (row["outcome"], row["iteration"]) == ("CANCELLED", 0), log
+    assert not sleeping, "the tool call the cancel cut short still runs"
+    ended = [json.loads(line) for line in log.splitlines() if '"event":"ended"' in line.replace(" ", "")]
+    assert [(e["loop"], e["outcome"]) for e in ended] == [("quick", "LOOP_DONE"), ("slow", "CANCELLED")], log
+    assert ended[1]["reason"] == "cancelled from the fleet"
+    assert git("--git-dir", str(remote), "show", "loopwright/slow:slow.txt") == "started"  # never "late"
+    # One commit per iteration pushed (a fast one may share its push with the next), none after
+    quick = [
+        int(s.rsplit("iteration ", 1)[1].removesuffix(" (last)"))
+        for s in _subjects(remote, "loopwright/quick")
+    ]
+    assert quick == sorted(set(quick)) and quick[-1] == 2, quick

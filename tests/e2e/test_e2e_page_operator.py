@@ -67,6 +67,8 @@ def build_fleet(reg) -> None:
     reg.worker_beat("w-alpha", "alpha", 1, 1, None, [held["run-a"]])
     reg.worker_beat("w-beta", "beta", 1, 1, None, [held["run-b"]])
     reg.worker_beat("w-gamma", "gamma", 2, 0, None, [])
+    reg.worker_beat("w-delta", "delta", 1, 0, None, [])
+    reg.worker_stopped("w-delta")  # it said it left (a drain): listed, stopped, not a worry
     with reg.backend.tx() as tx:  # gamma's last beat five minutes ago: it went quiet
         tx.run("UPDATE fleet_workers SET beat_at = beat_at - 300 WHERE worker = 'w-gamma'")
     reg.set_limits("fleet", max_dollars_per_day=100)
@@ -141,7 +143,7 @@ def _first_screen(page, shots: Path) -> None:
     expect(strip.locator(".att-failed")).to_have_text("1 loop failed")
     expect(strip.locator(".att-stuck .att-n")).to_have_text("10 loops stuck in the queue")
     expect(strip.locator(".att-stuck .att-why")).to_contain_text("account acme is paused until")
-    expect(strip.locator(".att-workers")).to_have_text("1 worker stale or stopped")
+    expect(strip.locator(".att-workers")).to_have_text("1 worker went quiet")
     expect(page.locator('li[data-worker="w-gamma"]')).to_have_attribute("data-state", "stale")
     expect(page.locator('li[data-worker="w-alpha"] .holds')).to_have_text("holds run-a")
     gated, broken = page.locator('tr[data-fleet-loop="gated"]'), page.locator('tr[data-fleet-loop="broken"]')
@@ -226,7 +228,9 @@ def _filters(page) -> None:
     expect(page.locator("#fleet-workers li")).to_have_count(1)
     expect(page.locator("#fleet-workers li")).to_have_attribute("data-worker", "w-gamma")
     page.locator(".att-workers").click()
-    expect(page.locator("#fleet-workers li")).to_have_count(3)
+    expect(page.locator("#fleet-workers li")).to_have_count(4)
+    expect(page.locator("#fleet-workers li").last).to_have_attribute("data-worker", "w-delta")  # left: last
+    expect(page.locator('li[data-worker="w-delta"]')).to_have_attribute("data-state", "stopped")
 
 
 def _narrow(page, shots: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -289,6 +290,19 @@ def test_a_worker_whose_claude_is_missing_exits_at_once_with_one_line(registry_u
         (line,) = out.stderr.splitlines()
         assert line.startswith("loopwright: error: Claude Code's CLI (") and "--claude PATH" in line
     assert queued(registry_url) == [] and not (tmp_path / "w").exists()
+
+
+def test_a_worker_with_a_bad_notifier_says_so_before_its_first_claim(registry_url, tmp_path):
+    args = ("worker", "--db", registry_url, "--allow-repo", "https://example.com/*",
+            "--data", str(tmp_path / "w"), "--claude", shutil.which("true"),
+            "--notify", "desktop", "--notify", "pager:now")  # fmt: skip
+    out = lw(tmp_path, *args)
+    assert out.returncode == 1 and out.stdout == "", out.stderr
+    assert out.stderr.splitlines() == [
+        "loopwright: error: --notify 'pager:now': use desktop, webhook:https://..., slack:https://..."
+        " or command:CMD"
+    ]
+    assert not (tmp_path / "w").exists()
 
 
 def test_fleet_events_are_readable_lines_with_the_host_of_each(registry_url, tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from loopwright.cli import fleet_limits
+from loopwright.cli import fleet_limits, fleet_workers
 from loopwright.cli.base import echo, echo_json, fail, registry
 
 MODES = ("work", "review", "task")
@@ -198,6 +198,11 @@ def _names(name: str | None, parallel: int | None) -> list:
 @click.option(
     "--claude-arg", "claude_args", multiple=True, help="Passed to claude in every loop; repeatable."
 )
+@click.option(
+    "--notify", "notify", multiple=True, metavar="HOW",
+    help="How each loop's runner tells of its end and its gates: desktop, webhook:URL, slack:URL or "
+    "command:CMD; repeatable (default: this user's config.json, else the repository's run.notify).",
+)  # fmt: skip
 @click.option("--runner-arg", "runner_args", multiple=True, hidden=True, help="Passed to `loopwright run`.")
 @click.option(
     "--prepare-backoff", type=click.FloatRange(0), default=60.0, hidden=True,
@@ -212,7 +217,7 @@ def _names(name: str | None, parallel: int | None) -> list:
 )
 def worker(
     url, slots, allow, allow_verify, account, name, host, data, lease, heartbeat, poll, claude_bin,
-    claude_args, runner_args, prepare_backoff, log_format,
+    claude_args, notify, runner_args, prepare_backoff, log_format,
 ):  # fmt: skip
     """Run this machine's share of the fleet: claim up to --slots loops whose repository
     --allow-repo accepts (and whose verify command, if any, --allow-verify accepts), drive each
@@ -239,7 +244,13 @@ def worker(
     if not 0 < heartbeat < lease:
         fail("--heartbeat must be shorter than --lease (a claim must be renewed before it runs out)")
     claude = _claude(claude_bin)
-    options = ["--claude", claude, *(f"--claude-arg={a}" for a in claude_args)]
+    _check_notifiers(notify)
+    options = [
+        "--claude",
+        claude,
+        *(f"--claude-arg={a}" for a in claude_args),
+        *(f"--notify={n}" for n in notify),
+    ]
     where = Path(data) if data else _default_data()
     opts = Options(
         slots, list(allow), where, name=name, host=host, account=account, lease=lease, heartbeat=heartbeat,
@@ -322,29 +333,16 @@ def ls(url, status, as_json, watch) -> None:
         reg.close()
 
 
-@fleet.command("workers")
-@db_option
-@click.option("--json", "as_json", is_flag=True, help="Print the workers as JSON, each with its state.")
-def workers(url, as_json) -> None:
-    """The fleet's workers: state (alive: its last heartbeat within its lease; stale: older, its
-    loops fail over; stopped: it said it left), host, slots used, seconds since its last beat,
-    account and the loops it holds."""
-    from loopwright.cli.fleet_tables import worker_columns
-    from loopwright.cli.table import lines
-    from loopwright.registry.workers import worker_state
+def _check_notifiers(notify) -> None:
+    """Every --notify checked before the first claim, not found bad by each loop's runner."""
+    from loopwright.core.errors import UserError
+    from loopwright.runner import notify as notifiers
 
-    reg = registry(url)
     try:
-        rows = [dict(r, state=worker_state(r)) for r in reg.workers()]
-        names = {r["id"]: r["name"] for r in reg.fleet_loops(limit=100_000)} if not as_json else {}
-    finally:
-        reg.close()
-    if as_json:
-        return echo_json(rows)
-    if not rows:
-        return echo(f"no worker has beaten in {reg.shown}: start one with `loopwright worker`")
-    for line in lines(worker_columns(names), rows):
-        echo(line)
+        for spec in notify:
+            notifiers.parse(spec)
+    except UserError as exc:
+        fail(str(exc))
 
 
 def steer(url: str | None, loop: str, what: str) -> None:
@@ -454,5 +452,6 @@ def events(loop, url, as_json, follow) -> None:
 
 
 fleet.add_command(fleet_limits.limits)
+fleet.add_command(fleet_workers.workers)
 
 COMMANDS = (submit, worker, fleet)

@@ -67,6 +67,16 @@ def worker_state(worker: dict, now: float | None = None) -> str:
     return ALIVE if age < (max(lease, 1.0) if lease else STALE_AFTER) else STALE
 
 
+def went_quiet(worker: dict, now: float | None = None) -> bool:
+    """Whether ``worker`` needs its operator: stale, or stopped without saying so (silent
+    STOPPED_AFTER). One that said, as it left, that it stopped (a drain, a restart under a new
+    name) does not: it stays listed, stopped, until `fleet workers --forget-stopped`."""
+    state = worker_state(worker, now)
+    beat, left = _number(worker.get("beat_at")), _number(worker.get("stopped_at"))
+    goodbye = left is not None and (beat is None or left >= beat)
+    return state == STALE or (state == STOPPED and not goodbye)
+
+
 def _scopes(row: dict) -> list[str]:
     """The limit scopes a loop counts in (as registry/limits.scopes_of names them)."""
     found = ["fleet"]
@@ -210,7 +220,7 @@ def attention(
 ) -> dict:
     """What needs the operator among ``rows`` (fleet loops) and ``workers``: by loop id, why it
     is stuck in the queue or how it failed; by worker, its state and the loops it holds; and
-    the counts of each (``gates``, ``failed``, ``stuck``, ``workers`` stale or stopped)."""
+    the counts of each (``gates``, ``failed``, ``stuck``, ``workers`` that went quiet)."""
     queue = Queue(workers, pauses, limits, now, accepts, mean)
     stuck, failures, gates = {}, {}, []
     for row in rows:
@@ -224,14 +234,20 @@ def attention(
         elif status == "ended" and failed(row.get("outcome")):
             failures[row.get("id")] = cause(row)
     states = {str(w.get("worker")): worker_state(w) for w in workers}
-    quiet = sum(1 for s in states.values() if s != "alive")
+    quiet = {str(w.get("worker")): went_quiet(w) for w in workers}
     return {
         "stuck": stuck,
         "failed": failures,
         "gates": gates,
         "workers": states,
+        "quiet": quiet,
         "holds": holdings(rows, workers),
-        "counts": {"gates": len(gates), "failed": len(failures), "stuck": len(stuck), "workers": quiet},
+        "counts": {
+            "gates": len(gates),
+            "failed": len(failures),
+            "stuck": len(stuck),
+            "workers": sum(quiet.values()),
+        },
     }
 
 

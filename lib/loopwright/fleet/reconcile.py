@@ -37,7 +37,11 @@ def commit(slot, iteration: int, final: bool, budget: dict, dollars: float) -> s
         slot.id, iteration, budget, slot.counted, limits.dollars_delta(dollars, slot.recorded)
     )
     subject = f"loopwright {slot.name}: iteration {iteration}{' (last)' if final else ''}"
-    slot.ws.commit_all(f"{subject}\n\n{ledger.trailers(record)}", allow_empty=True)
+    # The runner's exit after an iteration already pushed adds a commit only for what it left
+    # (files, tokens, dollars): not an empty one recording nothing new.
+    adds = any(record[k] for k in ("tokens_in", "tokens_out", "dollars", "usage"))
+    empty_ok = not final or adds or iteration != slot.synced
+    slot.ws.commit_all(f"{subject}\n\n{ledger.trailers(record)}", allow_empty=empty_ok)
     return slot.ws.head()
 
 
@@ -109,7 +113,7 @@ def recover(slot) -> str | None:
 
     spend = slot._retrying(write) or {}
     row.update(progress)
-    slot.recorded, slot.counted = progress["dollars"], counters
+    slot.recorded, slot.counted, slot.synced = progress["dollars"], counters, found["iteration"]
     why = f"recovered from the branch: pushed at {tip[:12]} and never recorded (its worker went away)"
     event = {"iteration": found["iteration"], "commit": tip[:12], "dollars_this_iter": found["dollars"]}
     slot._write(registry.add_event, "iteration", dict(event, outcome="continued", reason=why))

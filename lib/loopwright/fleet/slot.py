@@ -66,6 +66,7 @@ class Slot:
         self.share: Share | None = None  # a --parallel work loop's share of its backlog (fleet/items.py)
         self.recorded = limits.money(row.get("dollars"))  # the loop's dollars the database has counted
         self.counted = reconcile.carried(row)  # the loop's counters at its last record: a push's adds to them
+        self.synced = int(row.get("iteration") or 0)  # the iteration its last commit recorded
         self.out_of_budget: str | None = None  # why the fleet's budget ends the loop (its row's reason)
         self.told_stop = False  # a boundary said the budget is spent (not only that it would be)
         self.quota: dict | None = None  # the runner's quota_wait event, not acted on yet
@@ -175,7 +176,8 @@ class Slot:
                 continue
             if event.get("event") == "started" and isinstance(event.get("loop"), str):
                 self.local = event["loop"]
-            if event.get("event") in ("ended", "waiting", "quota_wait", "stall"):
+            # Not its "ended": the slot says that once, with the reason, when the row has ended.
+            if event.get("event") in ("waiting", "quota_wait", "stall"):
                 self.w.log(event["event"], loop=self.name, detail=event)
             if event.get("event") == "quota_wait":  # the slot pauses the account (_watch)
                 self.quota = event
@@ -228,7 +230,7 @@ class Slot:
         if ended:
             outcome, reason = cfg.get("outcome") or "ENDED", cfg.get("end_reason") or ""
             self._write(self.w.registry.finish, outcome, reason)
-            return self.w.log("ended", loop=self.name, outcome=outcome)
+            return self.w.log("ended", loop=self.name, outcome=outcome, reason=reason)
         waiting = self._waiting_gate()
         if waiting:
             self._write(self.w.registry.progress, status="waiting_gate", gate=waiting)
@@ -320,7 +322,7 @@ class Slot:
             state={"counters": carry.snapshot(budget), "local": self.local, "head": head},
             last_decision=str((budget.get("router") or {}).get("last_reason") or "")[:2000],
         )
-        self.counted = carry.snapshot(budget)
+        self.counted, self.synced = carry.snapshot(budget), iteration
         for line in self._history():  # each with the commit that holds its work, for a handoff
             self._write(
                 self.w.registry.add_event, "iteration", dict(line, commit=head[:12], **self.causes.where)
@@ -433,6 +435,9 @@ class Slot:
                 cancel(paths.state, paths.name, None, "cancelled from the fleet")
             except Exception as exc:  # already ended: the runner ends with it
                 self.w.log("error", loop=self.name, error=f"cancel: {exc}")
+            # For good and now: the turn under way is not finished (what it left is still
+            # committed to the loop's branch as the runner's exit is settled).
+            self._kill()
         self.w.log("control", loop=self.name, what=what)
 
     def _lose(self, why: str) -> None:

@@ -84,7 +84,7 @@ function fleetAttention(data) {
     ['gates', num(a.gates), n => plural(n, 'gate waits', 'gates wait') + ' for you'],
     ['failed', num(a.failed), n => plural(n, 'loop', 'loops') + ' failed'],
     ['stuck', num(a.stuck), n => plural(n, 'loop', 'loops') + ' stuck in the queue'],
-    ['workers', num(a.workers), n => plural(n, 'worker', 'workers') + ' stale or stopped'],
+    ['workers', num(a.workers), n => plural(n, 'worker', 'workers') + ' went quiet'],
   ].filter(([, n]) => n > 0);
   if (!chips.length) {
     box.replaceChildren(el('span', 'Nothing needs you: no gate waits, no loop failed or is stuck, ' +
@@ -116,11 +116,11 @@ function setFilter(change) {
   fleetList(); fleetAttention(fleet.data);
 }
 // The workers: alive, stale or stopped (judged by the server from the database's clock), each
-// with the loops it holds; the quiet ones first.
+// with the loops it holds; the ones that went quiet first, those that said they left last.
 function fleetWorkers(data) {
-  const all = Array.isArray(data.workers) ? data.workers : [], order = {stopped: 0, stale: 1, alive: 2};
-  const shown = all.filter(w => !fleet.quietOnly || w.state !== 'alive')
-    .sort((a, b) => (order[a.state] ?? 0) - (order[b.state] ?? 0));
+  const all = Array.isArray(data.workers) ? data.workers : [];
+  const rank = w => w.quiet ? 0 : w.state === 'alive' ? 1 : 2;
+  const shown = all.filter(w => !fleet.quietOnly || w.quiet).sort((a, b) => rank(a) - rank(b));
   document.getElementById('fleet-workers').replaceChildren(...shown.map(workerItem));
   const alive = all.filter(w => w.state === 'alive').length;
   document.getElementById('fleet-workers-sum').textContent = all.length
@@ -128,7 +128,9 @@ function fleetWorkers(data) {
 }
 function workerItem(w) {
   const state = ['alive', 'stale', 'stopped'].includes(w.state) ? w.state : 'stopped';
-  const li = el('li', null, 'w-' + state); li.dataset.worker = text(w.worker); li.dataset.state = state;
+  // A worker that said it left is grey, not red: nothing went wrong (w.quiet is false).
+  const li = el('li', null, state === 'stopped' && !w.quiet ? 'w-left' : 'w-' + state);
+  li.dataset.worker = text(w.worker); li.dataset.state = state;
   const beat = el('span', 'beat ' + ago(dbNow() - num(w.beat_at)) + ' ago', 'beat');
   beat.dataset.beatAt = num(w.beat_at);
   const holds = Array.isArray(w.holds) ? w.holds : [];

@@ -33,6 +33,7 @@ CSS = """
  #fleet-workers li > * { margin-right: .45rem; } .wstate { font-weight: bold; color: #075; }
  li.w-stale { border-color: #b60; background: #fff6e0; } li.w-stale .wstate { color: #a50; }
  li.w-stopped { border-color: #c00; background: #fdecec; } li.w-stopped .wstate { color: #b00; }
+ li.w-left { border-color: #ccc; background: #f6f6f6; color: #555; } li.w-left .wstate { color: #666; }
  #fleet-spend span { margin-right: .9rem; } #fleet-spend, #fleet-pauses { font-size: .85rem; }
  .pause { color: #a50; }
  #fleet-filters { display: flex; flex-wrap: wrap; gap: .4rem .8rem; align-items: center;

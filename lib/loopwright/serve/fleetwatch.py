@@ -92,7 +92,8 @@ def snapshot(registry) -> dict:
     why = attention.stuck_reasons(registry.queued_groups(), workers, *queue, mean=limits["iteration_mean"])
     queue = {k: v for k, v in counts.items() if k != "failed"}
     for w in workers:
-        w["state"], w["holds"] = seen["workers"][str(w["worker"])], seen["holds"][str(w["worker"])]
+        name = str(w["worker"])
+        w["state"], w["quiet"], w["holds"] = seen["workers"][name], seen["quiet"][name], seen["holds"][name]
     shared = registry.path is None  # a server database: a fleet's, whatever it holds yet
     stuck = sum(n for _, n in why)
     needs = dict(seen["counts"], gates=counts["waiting_gate"], failed=counts["failed"], stuck=stuck)
