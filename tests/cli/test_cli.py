@@ -5,6 +5,7 @@ from the working directory, the launcher)."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -38,6 +39,10 @@ def test_status_with_no_loops(project):
     assert res.returncode == 0 and "No loops" in res.stdout
     assert json.loads(lw(project, "status", "--json").stdout) == {"loops": [], "problems": []}
     assert not (project / ".loopwright").exists()
+    fleet = lw(project, "status", env={"LOOPWRIGHT_DATABASE_URL": "postgresql://lw@db/fleet"})
+    assert (
+        fleet.stdout.splitlines()[1] == "The fleet's loops (LOOPWRIGHT_DATABASE_URL): `loopwright fleet ls`."
+    )
 
 
 def test_status_json_schema(project):
@@ -234,3 +239,24 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(project):
         finally:
             os.close(write)
         assert res.returncode == 1 and res.stderr == "", (argv, res.stderr)
+
+
+def test_doctor_fails_a_fleet_install_without_its_packages_and_warns_of_a_missing_claude(
+    project, monkeypatch
+):
+    """With $LOOPWRIGHT_DATABASE_URL naming a PostgreSQL fleet, psycopg missing is a failure
+    (every fleet command would fail); without it, a note. A Claude Code CLI not found is a
+    warning: `run` and the worker need one."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed: its import fails
+    fleet = lw(project, "doctor", env={"LOOPWRIGHT_DATABASE_URL": "postgresql://lw@db/fleet"})
+    assert fleet.returncode == 1, fleet.stdout
+    failed = [line for line in fleet.stdout.splitlines() if line.startswith("[FAIL]")]
+    assert failed == [
+        "[FAIL] package psycopg: missing, and LOOPWRIGHT_DATABASE_URL names a PostgreSQL fleet: pip install"
+        " '/path/to/loopwright[fleet]' from a checkout (it is not on PyPI); in Claude Code a new session"
+        " installs them"
+    ], fleet.stdout
+    alone = lw(project, "doctor", env={"LOOPWRIGHT_CLAUDE": "/nonexistent/claude"})
+    assert alone.returncode == 0, alone.stdout
+    assert "[warn] package psycopg: missing: only a fleet on PostgreSQL needs it" in alone.stdout
+    assert "[warn] claude: Claude Code's CLI is not on PATH" in alone.stdout

@@ -82,7 +82,7 @@ def test_submit_wait_follows_a_real_worker_whose_log_a_person_reads(registry_url
     after = lw("fleet", "workers", "--db", url).stdout.splitlines()
     assert [line.split()[1] for line in after[1:]] == ["stopped"], after
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
-    assert re.search(stamp + r"started worker \S+ on \S+: 1 slots, repositories file://", log), log
+    assert re.search(stamp + r"started worker \S+ on \S+: 1 slot, repositories file://", log), log
     canonical = str(remote).removesuffix(".git")  # as the allow-list reads it
     assert re.search(stamp + rf"claimed waited \(repo file://{canonical}\) gen 1\n", log), log
     assert re.search(stamp + r"ended waited: LOOP_DONE", log) and re.search(

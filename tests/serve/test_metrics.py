@@ -143,7 +143,7 @@ def test_the_numbers_are_the_fleets(monitor):
     assert value(found, "loopwright_held_dollars", scope="fleet") == pytest.approx(0.8)
     assert value(found, "loopwright_held_dollars", scope="account:acme") == pytest.approx(0.8)
     held = {dict(k[1])["scope"] for k in found if k[0] == "loopwright_held_dollars"}
-    assert held == {"fleet", "account:acme"}  # the capped scopes (and the fleet) a running loop counts in
+    assert held == {"fleet", "account:acme"}  # the fleet and each capped scope, 0 when nothing runs
     assert [value(found, "loopwright_workers", state=s) for s in ("alive", "stale", "stopped")] == [1, 1, 1]
     assert value(found, "loopwright_worker_slots", use="used") == 1
     assert value(found, "loopwright_worker_slots", use="free") == 1
@@ -321,3 +321,11 @@ def test_the_public_ports_options_are_checked(project, tmp_path):
     assert f"--metrics-port {port} is the API's port: choose another" in same
     away = cli(project, "serve", "--port", "0", "--metrics-public", "--metrics-host", "192.0.2.1", env=env)
     assert "cannot listen on 192.0.2.1:8766" in one_line_error(away) and "--metrics-host" in away.stderr
+
+
+def test_holds_are_a_series_of_0_for_each_cap_while_nothing_runs(monitor):
+    """A dashboard's panel of holds shows 0, not "no data", on an idle fleet with caps."""
+    monitor.registry.set_limits("tag:nightly", max_dollars_per_day=5)
+    found = numbers(monitor)
+    assert value(found, "loopwright_held_dollars", scope="fleet") == 0
+    assert value(found, "loopwright_held_dollars", scope="tag:nightly") == 0

@@ -18,7 +18,9 @@ from loopwright.state import loops, plugindir, store
 
 PLUGIN_ROOT = plugindir.root()  # this checkout, or the copy installed with the package
 PACKAGES = ("click", "portalocker", "psutil")
-SERVE_PACKAGES = ("starlette", "uvicorn")  # only `loopwright serve` needs them
+SERVE_PACKAGES = ("starlette", "uvicorn", "prometheus_client")  # only `loopwright serve` needs them
+FLEET_PACKAGES = ("psycopg", "psycopg_pool")  # only a fleet on PostgreSQL needs them
+FLEET_INSTALL = "pip install '/path/to/loopwright[fleet]' from a checkout (it is not on PyPI)"
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
 
@@ -54,19 +56,67 @@ def _packages() -> list[Check]:
             out.append(Check(OK, f"package {name}", f"{version} (for loopwright serve)"))
         except metadata.PackageNotFoundError:
             out.append(Check(WARN, f"package {name}", "missing: only `loopwright serve` needs it"))
+    out += _fleet_packages()
     try:
         version = metadata.version("google-re2")
         out.append(Check(OK, "package google-re2", f"{version} (runs CLAUDE.md redaction patterns)"))
     except metadata.PackageNotFoundError:
         why = "missing: CLAUDE.md redaction patterns are skipped until it is installed"
         out.append(Check(WARN, "package google-re2", why))
+    return out + _programs()
+
+
+def _fleet_packages() -> list[Check]:
+    """psycopg and its pool: a failure when $LOOPWRIGHT_DATABASE_URL names a PostgreSQL fleet
+    (every fleet command would fail), else only a note."""
+    fleet = (os.environ.get("LOOPWRIGHT_DATABASE_URL") or "").startswith(("postgresql:", "postgres:"))
+    out = []
+    for name in FLEET_PACKAGES:
+        try:
+            importlib.import_module(name)
+            out.append(Check(OK, f"package {name}", f"{_version(name)} (for the fleet on PostgreSQL)"))
+        except ImportError:
+            if fleet:
+                why = (
+                    f"missing, and LOOPWRIGHT_DATABASE_URL names a PostgreSQL fleet: {FLEET_INSTALL}; in"
+                    " Claude Code a new session installs them"
+                )
+                out.append(Check(FAIL, f"package {name}", why))
+            else:
+                out.append(
+                    Check(
+                        WARN,
+                        f"package {name}",
+                        f"missing: only a fleet on PostgreSQL needs it: {FLEET_INSTALL}",
+                    )
+                )
+    return out
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name.replace("_", "-"))
+    except metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+def _programs() -> list[Check]:
+    """gh (GitHub work and review loops) and Claude Code's CLI (`run`, the worker)."""
     gh = shutil.which(os.environ.get("LOOPWRIGHT_GH") or "gh")
-    out.append(
+    claude = shutil.which(os.environ.get("LOOPWRIGHT_CLAUDE") or "claude")
+    return [
         Check(OK, "gh", f"{gh} (for GitHub work and review loops)")
         if gh
-        else Check(WARN, "gh", "missing: only work loops over GitHub issues and review loops need it")
-    )
-    return out
+        else Check(WARN, "gh", "missing: only work loops over GitHub issues and review loops need it"),
+        Check(OK, "claude", f"{claude} (for loopwright run and the worker)")
+        if claude
+        else Check(
+            WARN,
+            "claude",
+            "Claude Code's CLI is not on PATH: `loopwright run` and the worker need it (install it, or "
+            "give --claude PATH or set LOOPWRIGHT_CLAUDE)",
+        ),
+    ]
 
 
 def _interpreter() -> list[Check]:

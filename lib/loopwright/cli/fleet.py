@@ -188,7 +188,10 @@ def _names(name: str | None, parallel: int | None) -> list:
 @click.option("--account", help="Only loops of this account.")
 @click.option("--name", help="This worker's name (default: <host>-<random>).")
 @click.option("--host", help="The host name shown for it (default: this machine's).")
-@click.option("--data", type=click.Path(file_okay=False), help="Its workspaces and logs.")
+@click.option(
+    "--data", type=click.Path(file_okay=False),
+    help="Its workspaces and logs (default: ~/.local/share/loopwright/worker, under $XDG_DATA_HOME when set).",
+)  # fmt: skip
 @click.option("--lease", type=float, default=30.0, show_default=True, help="Seconds a claim holds unrenewed.")
 @click.option("--heartbeat", type=float, default=10.0, show_default=True, help="Seconds between renewals.")
 @click.option(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,8 @@ def status(obj: Ctx, name: str | None, as_json: bool) -> None:
         return
     if not found:
         echo(f'No loops in {state.parent}. Start one with /loopwright:loop "<goal>" in Claude Code.')
+        if os.environ.get("LOOPWRIGHT_DATABASE_URL"):  # a fleet's user looks here first too
+            echo("The fleet's loops (LOOPWRIGHT_DATABASE_URL): `loopwright fleet ls`.")
         return
     for s in found:
         _print_summary(state, s)

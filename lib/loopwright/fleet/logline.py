@@ -46,8 +46,9 @@ def _said(event: str, f: dict) -> str:
     loop = _v(f.get("loop", ""))
     if event == "started":
         verify = f"; verify {_v(f.get('allow_verify'))}" if f.get("allow_verify") else ""
+        slots = f"{_v(f.get('slots'))} slot{'' if f.get('slots') == 1 else 's'}"
         return (
-            f"started worker {_v(f.get('worker'))} on {_v(f.get('host'))}: {_v(f.get('slots'))} slots, "
+            f"started worker {_v(f.get('worker'))} on {_v(f.get('host'))}: {slots}, "
             f"repositories {_v(f.get('allow'))}{verify}"
         )
     if event == "claimed":

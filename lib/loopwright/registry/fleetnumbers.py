@@ -83,7 +83,7 @@ def fleet_numbers(registry) -> dict:
         "caps": {str(r["scope"]): _num(r["max_dollars_per_day"]) for r in caps},
         # What running loops hold against each dollar cap (and the fleet's, capped or not).
         "held": {
-            s: _num(v["held"]) for s, v in running.items() if s == "fleet" or s in {r["scope"] for r in caps}
+            s: _num((running.get(s) or {}).get("held")) for s in {"fleet", *(str(r["scope"]) for r in caps)}
         },
         "workers": states,
         "slots": slots,

@@ -40,7 +40,8 @@ def _modules():
     except ImportError as exc:
         raise RegistryError(
             f"a PostgreSQL registry needs the fleet packages ({exc.name} is missing): pip install "
-            "'loopwright[fleet]', or in the plugin set LOOPWRIGHT_DATABASE_URL and start a new session"
+            "'/path/to/loopwright[fleet]' from a checkout (it is not on PyPI), or in the plugin set "
+            "LOOPWRIGHT_DATABASE_URL and start a new session"
         ) from None
     # The pool's own warnings (each failed reconnection, on stderr, several lines each) are not
     # printed: every caller reports a database that went away as one line of its own.
