@@ -190,7 +190,7 @@ def _names(name: str | None, parallel: int | None) -> list:
 @click.option("--host", help="The host name shown for it (default: this machine's).")
 @click.option(
     "--data", type=click.Path(file_okay=False),
-    help="Its workspaces and logs (default: ~/.local/share/loopwright/worker, under $XDG_DATA_HOME when set).",
+    help="Its workspaces and logs (default: ~/.local/share/loopwright/worker; $XDG_DATA_HOME when set).",
 )  # fmt: skip
 @click.option("--lease", type=float, default=30.0, show_default=True, help="Seconds a claim holds unrenewed.")
 @click.option("--heartbeat", type=float, default=10.0, show_default=True, help="Seconds between renewals.")
