@@ -340,15 +340,18 @@ def test_fleet_workers_shows_each_workers_state(registry_url, tmp_path):
         with reg.backend.tx() as tx:
             tx.run("UPDATE fleet_workers SET beat_at = beat_at - 60 WHERE worker = 'w-stale'")
         reg.worker_stopped("w-gone")
+        reg.submit(kind="prompt", spec={"goal": "g"}, repo=REPO_URL, name="held-one")
+        reg.claim("w-alive", "host-a")  # claimed since its last beat: the row says who holds it
     finally:
         reg.close()
     lines = lw(tmp_path, "fleet", "workers", "--db", registry_url).stdout.splitlines()
     assert lines[0].split() == ["WORKER", "STATE", "HOST", "SLOTS", "BEAT", "ACCOUNT", "LOOPS"]
-    assert {line.split()[0]: line.split()[1] for line in lines[1:]} == {
-        "w-alive": "alive", "w-stale": "stale", "w-gone": "stopped",
+    assert {line.split()[0]: (line.split()[1], line.split()[-1]) for line in lines[1:]} == {
+        "w-alive": ("alive", "held-one"), "w-stale": ("stale", "-"), "w-gone": ("stopped", "-"),
     }  # fmt: skip
     listed = json.loads(lw(tmp_path, "fleet", "workers", "--db", registry_url, "--json").stdout)
-    assert {w["worker"]: w["state"] for w in listed}["w-stale"] == "stale"
+    assert {w["worker"]: (w["state"], w["holds"]) for w in listed}["w-stale"] == ("stale", [])
+    assert {w["worker"]: w["holds"] for w in listed}["w-alive"] == ["held-one"]
 
 
 def test_stopped_workers_are_forgotten_on_request_and_live_ones_never(registry_url, tmp_path):

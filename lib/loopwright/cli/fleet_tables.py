@@ -96,8 +96,8 @@ def waiting_reasons(reg, rows: list[dict]) -> dict:
     return why
 
 
-def worker_columns(names: dict) -> list:
-    """`fleet workers`' columns; ``names`` gives a loop's name by its id."""
+def worker_columns() -> list:
+    """`fleet workers`' columns (a row's ``holds``: the names of the loops it holds)."""
     return [
         Column("WORKER", lambda r: r["worker"]),
         Column("STATE", lambda r: r["state"]),
@@ -105,5 +105,5 @@ def worker_columns(names: dict) -> list:
         Column("SLOTS", lambda r: f"{r['used']}/{r['slots']}", right=True),
         Column("BEAT", lambda r: f"{float(r['age'] or 0):.0f}s ago", right=True),
         Column("ACCOUNT", lambda r: r["account"] or "any"),
-        Column("LOOPS", lambda r: " ".join(names.get(i, str(i)[:8]) for i in r["loops"]) or "-", width=80),
+        Column("LOOPS", lambda r: " ".join(r["holds"]) or "-", width=80),
     ]

@@ -50,22 +50,23 @@ def workers(url, as_json, names, forget_stopped) -> None:
     listed until --forget or --forget-stopped removes it."""
     from loopwright.cli.fleet_tables import worker_columns
     from loopwright.cli.table import lines
+    from loopwright.core.attention import holdings
     from loopwright.registry.workers import worker_state
 
     reg = registry(url)
     try:
         if names or forget_stopped:
             return _forget(reg, names, forget_stopped)
-        rows = [dict(r, state=worker_state(r)) for r in reg.workers()]
-        held = {i for r in rows for i in (r.get("loops") or [])}
-        names_of = (
-            {r["id"]: r["name"] for r in reg.fleet_loops(limit=100_000)} if held and not as_json else {}
-        )
+        rows = reg.workers()
+        # What each holds by the loops' rows (a claim names its worker), as the page says it:
+        # a beat's own list may be a beat old.
+        held = holdings(reg.fleet_loops(status="running", limit=100_000) if rows else [], rows)
+        rows = [dict(r, state=worker_state(r), holds=held[str(r["worker"])]) for r in rows]
     finally:
         reg.close()
     if as_json:
         return echo_json(rows)
     if not rows:
         return echo(f"no worker has beaten in {reg.shown}: start one with `loopwright worker`")
-    for line in lines(worker_columns(names_of), rows):
+    for line in lines(worker_columns(), rows):
         echo(line)
