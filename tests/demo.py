@@ -68,6 +68,9 @@ def play(work: Path) -> int:
         ),
         fakeapi.text("notes.md now holds all three notes.\n<promise>DONE</promise>"),
     ]
+    hold = float(os.environ.get("DEMO_HOLD_SECONDS") or 0)
+    if hold:  # tests/e2e/test_demo.py: the second iteration's model call waits, so a Ctrl-C finds it running
+        script[2] = fakeapi.hang(hold, then=script[2])
     print(f"demo directory: {work}\ndemo project: {project}\n")
     print(f'> /loopwright:loop "{GOAL}" --max-iterations 5 --completion-promise DONE\n')
     with fakeapi.ScriptedServer(script) as server:

@@ -69,6 +69,12 @@ def kill_tree(pid: int) -> None:
     kill_all([pid, *freeze(pid)])
 
 
+# A prefix for a command a test interrupts with SIGINT: Ctrl-C's default meaning restored. A
+# suite started in the background of a non-interactive shell has SIGINT ignored, every process
+# it starts inherits that, and Python installs no KeyboardInterrupt for an ignored SIGINT.
+SIGINT_DEFAULT = ("env", "--default-signal=INT")
+
+
 def homed_under(root) -> list[int]:
     """This user's processes whose HOME is ``root`` or below (what a demo or a test started with
     a HOME of its own and may have left: a client in a session of its own, a resident server)."""

@@ -12,6 +12,7 @@ import subprocess
 
 from conftest import REPO, cli, lw_env, one_line_error
 from loopwright.registry import open_registry
+from proctree import SIGINT_DEFAULT
 
 REPO_URL = "https://example.com/acme/a.git"
 
@@ -250,11 +251,14 @@ def test_a_password_in_the_query_is_not_shown_either():
 
 
 def popen(tmp_path, *args, **env) -> subprocess.Popen:
-    """A command left running, its output in a file of its own (read while it runs)."""
+    """A command left running, its output in a file of its own (read while it runs), with
+    Ctrl-C's default meaning (a suite started in the background of a shell has SIGINT ignored,
+    and its processes inherit that: no KeyboardInterrupt would reach the command)."""
     out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}.txt"
     with open(out, "wb") as stdout:
         proc = subprocess.Popen(
-            [str(REPO / "bin" / "loopwright"), *args], stdout=stdout, stderr=subprocess.DEVNULL, cwd=tmp_path,
+            [*SIGINT_DEFAULT, str(REPO / "bin" / "loopwright"), *args],
+            stdout=stdout, stderr=subprocess.DEVNULL, cwd=tmp_path,
             env=lw_env(XDG_DATA_HOME=str(tmp_path / "data"), **env),
         )  # fmt: skip
     proc.out = out

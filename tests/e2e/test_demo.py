@@ -14,19 +14,22 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from proctree import homed_under
+from proctree import SIGINT_DEFAULT, homed_under
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
 
-def demo(tmp_path) -> subprocess.Popen:
+def demo(tmp_path, **extra: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "LOOPWRIGHT"))}
-    env.update(TMPDIR=str(tmp_path), PYTHONUNBUFFERED="1")  # its directory under this test's
+    env.update(TMPDIR=str(tmp_path), PYTHONUNBUFFERED="1", **extra)  # its directory under this test's
     out = tmp_path / "demo.out"
     with open(out, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, str(REPO / "tests" / "demo.py")], stdout=fh, stderr=subprocess.STDOUT, env=env
+            [*SIGINT_DEFAULT, sys.executable, str(REPO / "tests" / "demo.py")],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     proc.out = out
     return proc
@@ -50,7 +53,10 @@ def test_the_demo_ends_with_its_loop_trusted_and_leaves_nothing(tmp_path):
 
 
 def test_ctrl_c_cleans_up_too(tmp_path):
-    proc = demo(tmp_path)
+    # Its second model call is held: Claude Code is surely running when the Ctrl-C comes (the
+    # whole demo takes about a second of the client's time, and what a demo leaves running
+    # until its end, a resident Stop server, would be found as well).
+    proc = demo(tmp_path, DEMO_HOLD_SECONDS="120")
     try:
         work = wait_for(lambda: made(tmp_path), "the demo's directory", proc=proc)[0]
         wait_for(lambda: homed_under(work), "Claude Code running in the demo", proc=proc)
