@@ -42,9 +42,10 @@ def status(url: str | None, as_json: bool) -> None:
         return echo_json(info)
     echo(f"database: {info['where']} ({NAMES.get(info['database'], info['database'])})")
     echo(f"schema version: {info['version']} (the latest this loopwright knows: {info['latest']})")
+    width = max((len(str(step["name"])) for step in info["steps"]), default=0)
     for step in info["steps"]:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(step["applied_at"]))
-        echo(f"  {step['version']:>3}  {step['name']:<12} applied {when}")
+        echo(f"  {step['version']:>3}  {step['name']:<{width}}  applied {when}")
 
 
 COMMANDS = (db,)
