@@ -5,6 +5,7 @@ through the API until the loop ends."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -13,7 +14,7 @@ import pytest
 
 import claude_cli
 import fakeapi
-from conftest import KEY_HOME, REPO
+from conftest import KEY_HOME, REPO, lw_env
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -79,3 +80,30 @@ def test_a_run_started_through_the_api_is_watched_to_its_end(project, tmp_path):
         finally:
             monitor.terminate()
             monitor.wait(timeout=30)
+
+
+def test_an_open_page_does_not_keep_the_monitor_from_exiting(project, tmp_path):
+    """SIGTERM with a page's event stream open: the stream ends and the monitor exits cleanly,
+    not cut by uvicorn when its grace runs out (an "ERROR: Cancel … running task(s)" line)."""
+    env = dict(lw_env(XDG_DATA_HOME=str(tmp_path / "data")), PYTHONUNBUFFERED="1")
+    cmd = [str(REPO / "bin" / "loopwright"), "-C", str(project), "serve", "--port", "0"]
+    errors = tmp_path / "serve.err"
+    with open(errors, "wb") as err:
+        monitor = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        base = next(
+            line.split("API on ")[1].split("/api/")[0] for line in monitor.stdout if "API on " in line
+        )
+        token = (tmp_path / "data" / "loopwright" / "serve" / "token").read_text().strip()
+        req = urllib.request.Request(base + "/api/events", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=60) as stream:
+            assert stream.readline().decode().startswith("event: ")  # the stream is open
+            monitor.terminate()
+            rest = stream.read()  # until the server ends it
+        assert monitor.wait(timeout=60) in (0, -signal.SIGTERM)  # uvicorn ends with the signal it got
+    finally:
+        if monitor.poll() is None:
+            monitor.kill()
+            monitor.wait()
+    assert "ERROR" not in errors.read_text(), errors.read_text()
+    assert b"event: " not in rest or rest.endswith(b"\n\n")  # whole events, then the end

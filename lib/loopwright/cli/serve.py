@@ -72,6 +72,7 @@ def serve(
         import uvicorn
 
         from loopwright.serve import app, logins, runs, token
+        from loopwright.serve.server import Server
     except ImportError as exc:
         fail(f"the monitor needs its web packages ({exc.name}); reinstall: pip install -r requirements.txt")
     home = token.data_dir()
@@ -93,8 +94,9 @@ def serve(
     if metrics_public:
         served_app, public = _public_metrics(served_app, monitor, metrics_host, metrics_port, bound)
         sockets.append(public)
-    # An open page's event stream never ends by itself: at exit it is cut after a few seconds.
-    config = uvicorn.Config(served_app, log_level="warning", timeout_graceful_shutdown=3)
+    # An open page's event stream never ends by itself: at exit each one ends within a second
+    # (Monitor.closing), before the server's grace runs out and it would cut them with an error.
+    config = uvicorn.Config(served_app, log_level="warning", timeout_graceful_shutdown=5)
     echo(f"loopwright serve: projects {', '.join(map(str, served))}")
     echo(f"loopwright serve: API on http://127.0.0.1:{bound}/api/ (token: {home / 'token'})")
     echo(f"loopwright serve: metrics on http://127.0.0.1:{bound}/metrics (the same token)")
@@ -102,7 +104,7 @@ def serve(
     echo("loopwright serve: a new link any time: loopwright serve --login")
     logins.record(home, bound)  # where `serve --login` finds this monitor
     try:
-        uvicorn.Server(config).run(sockets=sockets)
+        Server(config, monitor).run(sockets=sockets)
     finally:
         logins.forget(home)
 

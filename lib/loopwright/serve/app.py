@@ -46,6 +46,7 @@ class Monitor:
         self.login_codes: set[str] = set()  # one-time links to the page
         self.sessions: dict[str, str] = {}  # the page's cookie -> its CSRF token
         self.fleet = FleetWatch(registry)  # the fleet's snapshot, rebuilt when NOTIFY or a poll says
+        self.closing = False  # set as the server is asked to exit: every event stream ends
 
     def login_code(self) -> str:
         code = secrets.token_urlsafe(24)
@@ -246,7 +247,7 @@ async def events(request: Request):
         last, sent, looked = None, None, 0.0
         wake = m.fleet.subscribe()
         try:
-            while not await request.is_disconnected():
+            while not m.closing and not await request.is_disconnected():
                 if m.fleet.version != sent:  # first: on a fleet's monitor it is most of the page
                     try:
                         sent, fleet = await asyncio.to_thread(m.fleet.current)
