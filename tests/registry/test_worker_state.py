@@ -41,3 +41,24 @@ def test_the_rule_reads_the_databases_clock_given_or_the_rows_age():
     assert worker_state(dict(row, stopped_at=999.0)) == "alive"  # a stop before its last beat
     assert worker_state(dict(row, stopped_at=1000.0), now=2000.0) == "stopped"
     assert worker_state({"beat_at": "x", "age": None}) == "stopped"  # a row nobody can read is no live worker
+
+
+def test_workers_long_gone_are_forgotten_as_another_starts(reg):
+    """A day after a worker said it stopped, or a week after its last beat, its row goes when
+    a worker starts: restarts under new names do not fill `fleet workers` and the page."""
+    for name in ("left-long-ago", "left-lately", "silent-a-week", "silent-a-day", "alive"):
+        beat(reg, name)
+    for name in ("left-long-ago", "left-lately"):
+        reg.worker_stopped(name)
+    with reg.backend.tx() as tx:
+        sql = (
+            "UPDATE fleet_workers SET beat_at = beat_at - %s, stopped_at = stopped_at - %s WHERE worker = %s"
+        )
+        tx.run(sql, (90_000, 90_000, "left-long-ago"))
+        tx.run(sql, (3_600, 3_600, "left-lately"))
+    age(reg, "silent-a-week", 8 * 86_400)
+    age(reg, "silent-a-day", 86_400)
+    reg.hold_worker_name("new-one", "beta", 1, None, "token-1", 10.0)
+    assert sorted(w["worker"] for w in reg.workers()) == [
+        "alive", "left-lately", "new-one", "silent-a-day",
+    ]  # fmt: skip

@@ -47,6 +47,13 @@ BEAT = (
     "live_for = excluded.live_for, allow_repo = excluded.allow_repo, allow_verify = excluded.allow_verify, "
     "lease = excluded.lease, stopped_at = NULL"  # a worker that beats has not stopped
 )
+# As a worker starts, the rows of workers long gone go: one that said it stopped a day ago, or
+# silent for a week (a worker restarted under a new name each time, as with the default
+# <host>-<random>, would otherwise add a row to `fleet workers` and the page for ever).
+FORGET_LONG_GONE = (
+    "DELETE FROM fleet_workers WHERE (stopped_at IS NOT NULL AND stopped_at >= beat_at "
+    "AND {now} - stopped_at > 86400) OR {now} - beat_at > 604800"
+)
 HOLD = BEAT + ", started_at = excluded.started_at WHERE " + MINE
 
 
@@ -73,6 +80,7 @@ class Workers:
         another live worker holds it."""
         values = (worker, host, slots, 0, account, "[]", token, live_for(heartbeat), None, None, None)
         with self.backend.tx() as tx:
+            tx.run(FORGET_LONG_GONE)
             if tx.run(HOLD, values) == 1:
                 return
             row = tx.one(
