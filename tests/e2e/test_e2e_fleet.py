@@ -242,3 +242,31 @@ def test_a_cancel_ends_a_running_loop_at_once_without_finishing_its_turn(registr
         for s in _subjects(remote, "loopwright/quick")
     ]
     assert quick == sorted(set(quick)) and quick[-1] == 2, quick
+
+
+def test_a_filter_the_agent_writes_into_git_config_never_runs_in_the_workers_git(
+    registry_url, remote, tmp_path
+):
+    """The agent adds a clean filter to the clone's .git/config and names it in .gitattributes:
+    the worker's own `git add` (at the iteration's commit) would run it, as the worker's user,
+    whatever permission mode the agent had. The worker puts the config back first and says so."""
+    url = str(registry_url)
+    marker, evil = tmp_path / "ran", tmp_path / "evil.sh"
+    evil.write_text(f'#!/bin/sh\necho ran >> "{marker}"\ncat\n')
+    evil.chmod(0o755)
+    plant = f"git config filter.evil.clean {evil} && echo '* filter=evil' > .gitattributes && echo x > x.txt"
+    queued = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", "planted",
+                     "--completion-promise", "DONE", "--max-iterations", "3", "tidy up")  # fmt: skip
+    assert queued.returncode == 0, queued.stderr
+    replies = [fakeapi.bash(plant), fakeapi.text("Done.\n<promise>DONE</promise>")]
+    with fakeapi.ScriptedServer(replies) as server:
+        worker = start_worker(url, remote, tmp_path / "w1", server, tmp_path / "home")
+        try:
+            row = wait_for(lambda: row_of(url, "planted").get("status") == "ended" and row_of(url, "planted"),
+                           "the loop to end", within=240, every=0.5, proc=worker)  # fmt: skip
+        finally:
+            log = stop_worker(worker)
+    assert row["outcome"] == "LOOP_DONE", log
+    assert not marker.exists(), "the agent's filter ran in the worker's git"
+    assert "put back .git/config as the worker cloned it" in log, log
+    assert git("--git-dir", str(remote), "show", "loopwright/planted:x.txt") == "x"  # the work is pushed

@@ -321,6 +321,64 @@ def test_hooks_and_fsmonitor_in_the_workspace_never_run(tmp_path, remote, monkey
     assert "pre-commit" in marker.read_text()
 
 
+def test_what_the_agent_writes_into_git_config_never_runs_in_the_workers_git(tmp_path, remote):
+    """A filter driver, an ssh command, a credential helper, an include and a commondir written
+    into the clone's .git (as an agent, or a prompt injected into it, might): the worker's git
+    runs none of them, the config is put back as it was cloned, and the worker is told."""
+    marker = tmp_path / "ran"
+    ws = worker(tmp_path, remote)
+    told: list[str] = []
+    ws.on_tamper = told.append
+    ws.prepare()
+    cloned = (ws.dir / ".git" / "config").read_bytes()
+    run = tmp_path / "evil.sh"  # a filter passes what it reads through; it also leaves a mark
+    run.write_text(f'#!/bin/sh\necho ran >> "{marker}"\ncat\n')
+    run.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere.cfg"
+    elsewhere.write_text(f'[filter "x"]\n\tclean = {run}\n')
+    with open(ws.dir / ".git" / "config", "a") as cfg:
+        cfg.write(
+            f'[filter "evil"]\n\tclean = {run}\n\tsmudge = {run}\n[core]\n\tsshCommand = {run}\n'
+            f"[credential]\n\thelper = !{run}\n[include]\n\tpath = {elsewhere}\n"
+        )
+    (ws.dir / ".gitattributes").write_text("* filter=evil\n*.txt filter=x\n")
+    (ws.dir / "a.txt").write_text("a\n")
+    ws.commit_all("one")
+    ws.push(None)
+    assert not marker.exists(), marker.read_text()
+    assert (ws.dir / ".git" / "config").read_bytes() == cloned
+    assert told == ["put back .git/config as the worker cloned it"]
+    # Plain git in that directory does run the filter: the check above can fail.
+    (ws.dir / ".git" / "config").write_text(cloned.decode() + f'[filter "evil"]\n\tclean = {run}\n')
+    (ws.dir / "b.txt").write_text("b\n")
+    git("add", "b.txt", cwd=ws.dir)
+    assert marker.read_text().startswith("ran")
+    marker.unlink()
+    common = tmp_path / "common"
+    (common / "objects").mkdir(parents=True)
+    (common / "config").write_text(f'[filter "evil"]\n\tclean = {run}\n')
+    (ws.dir / ".git" / "commondir").write_text(str(common))
+    (ws.dir / "c.txt").write_text("c\n")
+    ws.commit_all("two")
+    assert not marker.exists() and not (ws.dir / ".git" / "commondir").exists()
+    assert told[1:] == ["removed .git/commondir; put back .git/config as the worker cloned it"]
+
+
+def test_a_git_the_agent_replaced_ends_the_workspace_and_it_is_cloned_again(tmp_path, remote):
+    ws = worker(tmp_path, remote)
+    ws.prepare()
+    fake = tmp_path / "fake-git"
+    subprocess.run(["git", "init", "-q", str(fake)], check=True)
+    real = ws.dir / ".git"
+    os.rename(real, tmp_path / "moved-git")
+    (ws.dir / ".git").write_text(f"gitdir: {fake / '.git'}\n")  # git would follow it
+    with pytest.raises(WorkspaceError, match="is no longer a directory"):
+        ws.commit_all("one")
+    again = worker(tmp_path, remote)
+    assert again.prepare() == remote_commit(remote, "main")  # cloned afresh
+    assert (again.dir / ".git").is_dir()
+
+
 def test_pushes_and_fetches_go_to_the_checked_url_only(tmp_path, remote):
     """An agent that re-points the workspace's remote sends nothing elsewhere."""
     other = make_remote(tmp_path, name="elsewhere")
@@ -404,6 +462,7 @@ def test_no_git_command_follows_a_redirect_whatever_the_config_says(tmp_path, re
     git("init", "--quiet", str(ws.dir))
     (ws.dir / ".git" / "config").write_text((ws.dir / ".git" / "config").read_text() + on)
     git("config", "remote.origin.url", url, cwd=ws.dir)
+    ws.pristine.write_bytes((ws.dir / ".git" / "config").read_bytes())  # as if cloned so
     with pytest.raises(WorkspaceError, match="302"):
         ws.prepare()  # a fetch in the workspace, which reads its .git/config
     with pytest.raises(WorkspaceError, match="302"):

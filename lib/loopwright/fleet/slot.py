@@ -113,6 +113,7 @@ class Slot:
             return self._write(self.w.registry.finish, gate_stop(gate.get("name") or "gate"), "answered stop")
         try:  # what a row asks for that this worker cannot prepare: retried later, then ended
             self.ws = Workspace(self.w.work_root, self.name, row["repo"], row["branch"], allow=self.w.allow)
+            self.ws.on_tamper = self._tampered
             self.ws.prepare()
         except (WorkspaceError, ValueError) as exc:  # Refused is a ValueError
             self.causes.note(str(exc), "worker_error")
@@ -439,6 +440,14 @@ class Slot:
             # committed to the loop's branch as the runner's exit is settled).
             self._kill()
         self.w.log("control", loop=self.name, what=what)
+
+    def _tampered(self, what: str) -> None:
+        """The agent changed the clone's .git where git would run a command: undone, logged."""
+        self.w.log(
+            "error",
+            loop=self.name,
+            error=f"the clone's .git was changed; before the worker's git ran: {what}",
+        )
 
     def _lose(self, why: str) -> None:
         first = not self.lost.is_set()  # the beat and the loop's own thread may both find out

@@ -9,6 +9,15 @@ bound; fetch, push and ls-remote name the checked URL itself (a local repository
 directory that was matched), never a remote the agent could have re-pointed in
 ``.git/config``. A push carries a lease on the tip this worker last saw, so a worker that
 lost its loop to another cannot overwrite what the new owner pushed.
+
+The agent works in the clone, so its ``.git`` is the agent's to write too: a ``core.sshCommand``,
+a ``credential.helper``, a filter driver or a ``url.*.insteadOf`` in ``.git/config``, or a
+``commondir`` pointing git at another config, would have the worker's own git run a command or
+reach another host, outside the permission mode the worker gave Claude Code. So the worker keeps
+the config its clone was made with outside the clone (``root/.config+<name>``) and, before each
+git command it runs there, puts it back if it changed and removes a ``commondir``; a ``.git``
+that is no longer a directory ends the workspace (it is cloned afresh). What was undone is
+reported through ``on_tamper``.
 """
 
 from __future__ import annotations
@@ -186,17 +195,43 @@ class Workspace:
         # The work branch's tip on the remote when this worker last looked (None: not there).
         self.remote_seen: str | None = None
         self.env = git_env(url=self.url)
+        self.pristine = self.root / f".config+{loop_name}"  # the clone's own .git/config, kept here
+        self.on_tamper = None  # called with what was undone in .git (one line)
 
     # -- git --------------------------------------------------------------------------------
 
+    def _guard(self) -> None:
+        """Before git runs in the clone: its .git a directory, its config the one it was cloned
+        with, no commondir (see the module's docstring)."""
+        git = self.dir / ".git"
+        if not git.is_dir() or git.is_symlink():
+            raise WorkspaceError("the clone's .git is no longer a directory (the agent replaced it)")
+        undone = []
+        common = git / "commondir"
+        if common.exists() or common.is_symlink():
+            common.unlink()
+            undone.append("removed .git/commondir")
+        config, kept = git / "config", self.pristine.read_bytes()
+        if config.is_symlink() or not config.is_file() or config.read_bytes() != kept:
+            tmp = git / ".config.loopwright"
+            tmp.unlink(missing_ok=True)
+            tmp.write_bytes(kept)
+            os.replace(tmp, config)
+            undone.append("put back .git/config as the worker cloned it")
+        if undone and self.on_tamper is not None:
+            self.on_tamper("; ".join(undone))
+
     def _git(self, *args: str, cwd: Path | None = None, input: str | None = None, env: dict | None = None):
         env = env or self.env
+        if cwd is None:
+            self._guard()
         rc, out, err = run_git(list(args), cwd or self.dir, timeout=self.timeout, input=input, env=env)
         if rc != 0:
             raise WorkspaceError(f"git {args[0]} failed: {_last_line(err) or f'exit code {rc}'}")
         return out
 
     def _ok(self, *args: str) -> tuple[int, str]:
+        self._guard()
         rc, out, _ = run_git(list(args), self.dir, timeout=self.timeout, env=self.env)
         return rc, out.strip()
 
@@ -268,6 +303,14 @@ class Workspace:
             return False
         if not self.dir.exists():
             return False
+        if not self.pristine.is_file():  # cloned by an older worker, or its copy lost: clone again
+            self._remove()
+            return False
+        try:
+            self._guard()
+        except WorkspaceError:
+            self._remove()
+            return False
         rc, url = self._ok("config", "--get", "remote.origin.url")
         if rc == 0 and url == self.url:
             return True
@@ -287,6 +330,7 @@ class Workspace:
             # --no-local: a local path is copied through git's transport, never hard-linked.
             args = ("clone", "--quiet", "--no-checkout", "--no-local", "--", self.url, str(tmp))
             self._git(*args, cwd=self.root)
+            shutil.copyfile(tmp / ".git" / "config", self.pristine)  # before the agent can touch it
             os.rename(tmp, self.dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -362,6 +406,7 @@ class Workspace:
         ref = f"refs/heads/{self.branch}"
         lease = f"--force-with-lease={ref}:{expected or ''}"
         args = ["push", "--porcelain", "--no-verify", lease, "--", self.url, f"{sha}:{ref}"]
+        self._guard()
         rc, out, err = run_git(args, self.dir, timeout=self.timeout, env=self.env)
         for line in out.splitlines():
             if line.startswith("!\t"):
