@@ -82,12 +82,58 @@ def test_fleet_answer_takes_only_the_gates_options_and_records_who_answered(regi
     finally:
         fleet.close()
     me = f"{getpass.getuser()}@{socket.gethostname()}"
-    assert (row["status"], row["gate"]["answer"], row["gate"]["by"]) == ("queued", "continue", me)
+    assert (row["status"], row["gate"]["answer"], row["gate"]["by"], row["gate"]["user"]) == (
+        "queued", "continue", "cli", me,
+    )  # fmt: skip
     assert [(e["kind"], e["data"]) for e in events if e["kind"] == "gate"] == [
-        ("gate", {"gate": "budget-escalation", "answer": "continue", "by": me})
+        (
+            "gate",
+            {
+                "gate": "budget-escalation",
+                "question": "Continue?",
+                "answer": "continue",
+                "by": "cli",
+                "user": me,
+            },
+        )
     ]
     shown = json.loads(lw(tmp_path, "fleet", "events", "gated", "--db", registry_url, "--json").stdout)
-    assert shown[-1]["kind"] == "gate" and shown[-1]["data"]["by"] == me
+    assert shown[-1]["kind"] == "gate" and shown[-1]["data"]["user"] == me
+
+
+def test_fleet_answer_raise_raises_the_ceilings_as_the_api_does(registry_url, tmp_path):
+    """raise at the budget-escalation gate from the command line: by half as much again, or to
+    the --max-* given; the new ceiling is in the loop's spec for its next worker."""
+    gate = dict(BUDGET_GATE, dimensions=["dollars"])
+    for name in ("half", "given"):
+        submit(registry_url, tmp_path, name, "--max-dollars", "5", "--max-iterations", "10")
+    fleet = Fleet(registry_url)
+    try:
+        for name in ("half", "given"):
+            fleet.at_gate(name, gate)
+
+        def answer(*args):
+            return cli(tmp_path, "fleet", "answer", *args, "--db", registry_url)
+
+        assert "the --max-* options go only with the answer raise" in one_line_error(
+            answer("half", "continue", "--max-dollars", "9")
+        )
+        line = one_line_error(answer("half", "raise", "--max-iterations", "40"))
+        assert "--max-iterations is not a ceiling this gate asks about: give --max-dollars" in line
+        assert one_line_error(answer("half", "raise", "--max-dollars", "3")).startswith("loopwright: error: ")
+        assert answer("half", "raise").stdout == (
+            "half: answered 'raise' at gate budget-escalation (max-dollars $5.00 -> $7.50);"
+            " queued again for a worker\n"
+        )
+        assert answer("given", "raise", "--max-dollars", "20").stdout.startswith(
+            "given: answered 'raise' at gate budget-escalation (max-dollars $5.00 -> $20.00)"
+        )
+        rows = {n: fleet.reg.fleet_loop(n) for n in ("half", "given")}
+    finally:
+        fleet.close()
+    assert rows["half"]["spec"]["limits"] == {"max_dollars": 7.5, "max_iterations": 10}
+    assert rows["given"]["spec"]["limits"]["max_dollars"] == 20
+    assert rows["given"]["gate"]["raised"] == {"max_dollars": [5, 20]} and rows["given"]["status"] == "queued"
 
 
 def test_a_gate_row_without_options_is_checked_against_the_gates_own(registry_url, tmp_path):

@@ -42,3 +42,26 @@ def test_whatever_the_database_holds_is_one_bounded_line():
     assert out.startswith("????-??-?? ??:??:??  h\\nost") and " g? " in out
     for data in ("text", None, [1], {"iteration": {"a": 1}, "gates": "x", "dollars_this_iter": True}):
         assert eventlines.line(ev("iteration", data), {})  # never an error
+
+
+def test_a_gates_answer_says_who_where_from_and_what_a_raise_changed():
+    def said(data):
+        return eventlines.line(ev("gate", data), {}).split("g1   ", 1)[1]
+
+    api = {"gate": "budget-escalation", "answer": "raise", "by": "api", "user": "ana", "raised": {
+        "max_iterations": [20, 30], "max_dollars": [None, 7.5]}}  # fmt: skip
+    assert said(api) == (
+        "gate budget-escalation answered raise by ana through the API; raised max-iterations 20 -> 30,"
+        " max-dollars none -> 7.5"
+    )
+    assert said({"gate": "g", "answer": "stop", "by": "cli", "user": "bo@h"}) == (
+        "gate g answered stop by bo@h from the command line"
+    )
+    assert (
+        said({"gate": "g", "answer": "continue", "by": "alice@old"})
+        == "gate g answered continue by alice@old"
+    )
+    assert (
+        said({"gate": "g", "answer": "x", "by": "page", "raised": {"k": "bad"}})
+        == "gate g answered x by ? on the page"
+    )

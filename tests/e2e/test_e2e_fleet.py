@@ -14,7 +14,18 @@ import pytest
 
 import fakeapi
 import hostileurls
-from fleetkit import beat_of, git, lw, lw_here, make_remote, row_of, start_worker, stop_worker, worker_log
+from fleetkit import (
+    beat_of,
+    git,
+    lw,
+    lw_here,
+    make_remote,
+    row_of,
+    start_worker,
+    stop_worker,
+    worker_log,
+    working_in,
+)
 from waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -184,6 +195,13 @@ def _running(command: str) -> list:
     ]  # fmt: skip
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _subjects(remote: Path, branch: str) -> list[str]:
     return git("--git-dir", str(remote), "log", "--format=%s", "--reverse", f"main..{branch}").splitlines()
 
@@ -270,3 +288,32 @@ def test_a_filter_the_agent_writes_into_git_config_never_runs_in_the_workers_git
     assert not marker.exists(), "the agent's filter ran in the worker's git"
     assert "put back .git/config as the worker cloned it" in log, log
     assert git("--git-dir", str(remote), "show", "loopwright/planted:x.txt") == "x"  # the work is pushed
+
+
+def test_a_worker_killed_outright_takes_its_runners_and_their_clients_along(registry_url, remote, tmp_path):
+    """SIGKILL to the worker only (the OOM killer's way): its runner is told by the kernel and
+    stops its Claude Code client and the tool it runs; nothing goes on in the clone unwatched
+    while the loop fails over elsewhere."""
+    url = str(registry_url)
+    began = tmp_path / "the-slow-call-began"
+    queued = lw_here("submit", "--db", url, "--repo", f"file://{remote}", "--name", "orphan",
+                     "--completion-promise", "DONE", "--max-iterations", "3", "take your time")  # fmt: skip
+    assert queued.returncode == 0, queued.stderr
+    replies = [fakeapi.bash(f"touch {began}; sleep 98"), fakeapi.text("Done.\n<promise>DONE</promise>")]
+    with fakeapi.ScriptedServer(replies) as server:
+        worker = start_worker(url, remote, tmp_path / "w1", server, tmp_path / "home")
+        try:
+            wait_for(began.exists, "the slow tool call to begin", within=240, every=0.2, proc=worker)
+            clone = tmp_path / "w1" / "work" / "orphan"
+            assert working_in(clone), "the runner and its client work in the clone"
+            worker.kill()
+            worker.wait()
+
+            def left():  # a resident Stop server may stay: it answers Stops, and none come
+                return [p for p in working_in(clone) if "stop_local.py" not in _cmdline(p)] + _running(
+                    "sleep 98"
+                )
+
+            wait_for(lambda: not left(), "the orphaned runner, client and tool call to end", within=30)
+        finally:
+            stop_worker(worker)

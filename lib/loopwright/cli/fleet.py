@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from loopwright.cli import fleet_limits, fleet_workers
-from loopwright.cli.base import echo, echo_json, fail, registry
+from loopwright.cli.base import ceiling_options, echo, echo_json, fail, registry
 
 MODES = ("work", "review", "task")
 
@@ -411,13 +411,17 @@ def cancel(loop, status, tag, account, yes, url) -> None:
 @click.argument("loop")
 @click.argument("answer")
 @db_option
-def answer(loop, answer, url) -> None:
+@ceiling_options(
+    "With raise at the budget-escalation gate: the new {} ceiling (default: half as much again)."
+)
+def answer(loop, answer, url, **raise_to) -> None:
     """Answer the gate fleet loop LOOP waits at with ANSWER, one of the gate's options (`fleet ls`
-    and `fleet events` show them). The answer goes into the loop's timeline with who gave it
-    (user@host), and the loop goes on with the next worker that claims it."""
+    and `fleet events` show them). raise at the budget-escalation gate raises the ceilings it asks
+    about to the --max-* given, or each by half as much again. The answer goes into the loop's
+    timeline with who gave it (user@host), and the loop goes on with the next worker that claims it."""
     from loopwright.cli.fleet_steer import answer_gate
 
-    answer_gate(url, loop, answer)
+    answer_gate(url, loop, answer, raise_to)
 
 
 @fleet.command("events")

@@ -22,9 +22,17 @@ def who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def answer_gate(url: str | None, loop: str, answer: str) -> None:
+def answer_gate(url: str | None, loop: str, answer: str, raise_to: dict | None = None) -> None:
+    """A gate's answer as the API gives it (the same checks, the same record): ``raise`` at the
+    budget-escalation gate sets the new ceilings of ``raise_to`` ({"max_dollars": 20}), or
+    raises each ceiling the gate asks about by half as much again."""
+    from loopwright.core import raising
     from loopwright.core.termsafe import one_line
+    from loopwright.fleet import spec as specs
 
+    raise_to = {k: v for k, v in (raise_to or {}).items() if v is not None}
+    if raise_to and answer != "raise":
+        fail("the --max-* options go only with the answer raise: they are the new ceilings")
     reg = registry(url)
     try:
         row = reg.fleet_loop(loop) if 0 < len(loop) <= 200 else None
@@ -36,12 +44,46 @@ def answer_gate(url: str | None, loop: str, answer: str) -> None:
         problem = gates.fleet_answer_problem(gate, answer)
         if problem:
             fail(problem)
-        done = reg.answer_gate(row["id"], answer, who())
+        new_spec, raised = None, None
+        if answer == "raise" and gate.get("name") == raising.BUDGET_ESCALATION:
+            try:
+                limits, raised = raising.raised(row, gate, raise_to)
+                new_spec = dict(row.get("spec") if isinstance(row.get("spec"), dict) else {}, limits=limits)
+                specs.runner_args(row["kind"], new_spec)  # a ceiling a worker would refuse is refused now
+            except (raising.RaiseError, specs.SpecError) as exc:
+                fail(_with_flags(str(exc)))
+        done = reg.record_gate_answer(row, answer, "cli", user=who(), spec=new_spec, raised=raised)
     finally:
         reg.close()
     if done is None:
-        fail(f"the gate of fleet loop {row['name']} no longer waits (answered or stopped meanwhile)")
-    echo(f"{done['name']}: answered {answer!r} at gate {gate.get('name')}; queued again for a worker")
+        fail(
+            f"the gate of fleet loop {row['name']} no longer waits as it did (answered or stopped meanwhile)"
+        )
+    said = f"{done['name']}: answered {answer!r} at gate {gate.get('name')}{_raised(raised)}"
+    echo(f"{said}; queued again for a worker")
+
+
+def _raised(raised: dict | None) -> str:
+    """`` (max_dollars $5.00 -> $7.50)``: the ceilings a raise changed, as a person reads them."""
+    if not raised:
+        return ""
+    shown = []
+    for key, (old, new) in raised.items():
+        money = key == "max_dollars"
+        fmt = (
+            (lambda v: "none" if v is None else f"${v:,.2f}")
+            if money
+            else (lambda v: "none" if v is None else f"{v:g}")
+        )
+        shown.append(f"{key.replace('_', '-')} {fmt(old)} -> {fmt(new)}")
+    return " (" + ", ".join(shown) + ")"
+
+
+def _with_flags(text: str) -> str:
+    """A raise's refusal naming the command line's options, not the spec's keys."""
+    for key in ("max_iterations", "max_minutes", "max_tokens", "max_dollars", "max_prs"):
+        text = text.replace(key, "--" + key.replace("_", "-"))
+    return text
 
 
 def _next(row: dict, before: dict, what: str) -> str:

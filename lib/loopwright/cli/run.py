@@ -183,6 +183,16 @@ def run(
     if session_id and (session is None or not runner.is_session_id(session)):
         fail(f"--session {session_id!r}: use a UUID such as Claude Code's session ids")
     job = runner.Run(obj.state, opts, Reporter(as_json, sys.stdout.isatty() and not as_json), session)
+    from loopwright.runner import orphan
+
+    try:
+        orphan.watch()  # started by a fleet worker: it ends with the worker
+        sys.exit(_go(job, obj, prompt, limits, loop_name, fleet_items, carry_file))
+    except orphan.Orphaned:
+        sys.exit(orphan.EXIT_CODE)
+
+
+def _go(job, obj, prompt, limits, loop_name, fleet_items, carry_file) -> int:
     try:
         first = _begin(job, prompt, limits, loop_name)
         if fleet_items:  # before the carried counters: only a loop that starts now takes it
@@ -193,7 +203,7 @@ def run(
             first = _carried(obj, job, carry_file) + first
     except UserError as exc:
         fail(str(exc))
-    sys.exit(job.go(first))
+    return job.go(first)
 
 
 def _begin(job, prompt, limits: dict, loop_name: str | None) -> str:

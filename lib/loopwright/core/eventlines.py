@@ -106,10 +106,27 @@ def _worded(kind: str, d: dict) -> str | None:
         head = kind.replace("_", " ")
         return _with(head, f"ended at once ({_text(d['ended'])})" if _text(d.get("ended")) else "")
     if kind == "gate" and "answer" in d:
-        by = _text(d.get("user"), 64) or _text(d.get("by"), 64) or "?"
-        gate = _text(d.get("gate") or d.get("name"), 64) or "?"
-        return f"gate {gate} answered {_text(d['answer'], 64)} by {by}"
+        return _answered(d)
     return None
+
+
+CHANNELS = {"page": "on the page", "api": "through the API", "cli": "from the command line"}
+
+
+def _answered(d: dict) -> str:
+    """A gate's answer: who gave it, where from, and the ceilings a raise changed."""
+    channel = CHANNELS.get(d.get("by")) if isinstance(d.get("by"), str) else None
+    who = _text(d.get("user"), 64) or ("" if channel else _text(d.get("by"), 64)) or "?"
+    gate = _text(d.get("gate") or d.get("name"), 64) or "?"
+    line = f"gate {gate} answered {_text(d['answer'], 64)} by {who}" + (f" {channel}" if channel else "")
+    raised = d.get("raised") if isinstance(d.get("raised"), dict) else {}
+    changes = []
+    for key, pair in list(raised.items())[:5]:
+        if isinstance(pair, list) and len(pair) == 2:
+            old, new = (_number(v) for v in pair)
+            shown = [("none" if v is None else f"{v:g}") for v in (old, new)]
+            changes.append(f"{_text(key, 32).replace('_', '-')} {shown[0]} -> {shown[1]}")
+    return line + (f"; raised {', '.join(changes)}" if changes else "")
 
 
 def line(event: dict, hosts: dict) -> str:

@@ -29,6 +29,7 @@ from loopwright.fleet.consent import Verifies
 from loopwright.fleet.slot import Slot
 from loopwright.registry import LeaseLost, RegistryError
 from loopwright.registry.queue import CONTROL_CHANNEL, QUEUE_CHANNEL, lease_lost
+from loopwright.runner import orphan
 
 SLICE = 0.5  # the longest the worker waits at once, so that a signal is seen at once
 
@@ -79,6 +80,7 @@ class Worker:
         self.lease, self.heartbeat = opts.lease, opts.heartbeat
         self.runner_options = opts.runner_options
         self.env = dict(os.environ, LOOPWRIGHT_PYTHON=os.environ.get("LOOPWRIGHT_PYTHON", sys.executable))
+        self.env[orphan.ENV] = str(os.getpid())  # its runners end with it (runner/orphan.py)
         self.slots: dict[str, Slot] = {}
         self.signals = 0
         self.refused: set[str] = set()  # repositories whose refusal was logged (once each)

@@ -110,7 +110,33 @@ class Client:
             return False
 
     def stop(self, grace: float = 5.0) -> None:
-        """End the client and everything it started: SIGTERM, then SIGKILL after ``grace``."""
+        """End the client and everything it started: SIGTERM, then SIGKILL after ``grace``, to
+        its process group; then SIGKILL to whatever of its descendants is left (a tool's
+        command may run in a session of its own, out of the client's group)."""
+        below = self._descendants()
+        self._signal_group(grace)
+        mine = os.getpgrp()
+        for child in below:
+            try:
+                if not child.is_running():  # gone (is_running also tells a reused pid)
+                    continue
+                group = os.getpgid(child.pid)
+                if group != mine:  # never this runner's own group
+                    os.killpg(group, signal.SIGKILL)
+                child.kill()
+            except Exception:  # gone meanwhile, or not ours to signal
+                pass
+        self.wait(10.0)
+
+    def _descendants(self) -> list:
+        try:
+            import psutil
+
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except Exception:  # gone, or no psutil: the group signal alone
+            return []
+
+    def _signal_group(self, grace: float) -> None:
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(self.proc.pid, sig)
@@ -121,7 +147,6 @@ class Client:
                 self.wait(0.1)
             if not self.alive():
                 break
-        self.wait(10.0)
 
     @property
     def returncode(self) -> int | None:

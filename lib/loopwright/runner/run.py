@@ -26,7 +26,7 @@ from loopwright.core import budget as budgets
 from loopwright.core import clienterror, recovery
 from loopwright.core.clock import now_iso
 from loopwright.core.errors import UserError
-from loopwright.runner import causes, notify
+from loopwright.runner import causes, notify, orphan
 from loopwright.runner.client import Client
 from loopwright.state import loops, store
 
@@ -254,18 +254,23 @@ class Run:
         client = Client(argv, dict(os.environ), str(self.state.parent))
         self.report("client", pid=client.proc.pid, resumed=resume, argv=argv[3:])
         quiet = 0
-        while not client.wait(self.opts.poll_seconds):
-            self._relay(client)
-            if self.interrupts.count >= 2:
-                client.stop()
-                self.report("killed", reason="interrupted twice")
-                return None
-            self._ask_stop_when_due()
-            quiet = 0 if client.activity() or self._busy_moved() else quiet + 1
-            if recovery.stalled(quiet, self.opts.stall_polls):
-                client.stop()
-                self.report("stall", polls=quiet, seconds=self.opts.poll_seconds)
-                return f"no progress for {quiet} polls of {self.opts.poll_seconds:g} s"
+        try:
+            while not client.wait(self.opts.poll_seconds):
+                orphan.check()
+                self._relay(client)
+                if self.interrupts.count >= 2:
+                    client.stop()
+                    self.report("killed", reason="interrupted twice")
+                    return None
+                self._ask_stop_when_due()
+                quiet = 0 if client.activity() or self._busy_moved() else quiet + 1
+                if recovery.stalled(quiet, self.opts.stall_polls):
+                    client.stop()
+                    self.report("stall", polls=quiet, seconds=self.opts.poll_seconds)
+                    return f"no progress for {quiet} polls of {self.opts.poll_seconds:g} s"
+        except orphan.Orphaned:
+            client.stop(grace=2.0)  # its worker is gone: nobody would push or record what it does
+            raise
         self._relay(client)
         error = self._client_error(client)
         tail = clienterror.from_stderr(client.stderr_tail.decode("utf-8", "replace")) or ""
