@@ -43,6 +43,11 @@ def test_status_with_no_loops(project):
     assert (
         fleet.stdout.splitlines()[1] == "The fleet's loops (LOOPWRIGHT_DATABASE_URL): `loopwright fleet ls`."
     )
+    named = lw(project, "status", "f1", env={"LOOPWRIGHT_DATABASE_URL": "postgresql://lw@db/fleet"})
+    line = named.stderr.strip()
+    assert named.returncode == 1 and line.endswith(
+        "(a fleet loop? `loopwright fleet ls` and `fleet events NAME`)"
+    )
 
 
 def test_status_json_schema(project):

@@ -354,12 +354,14 @@ def test_fleet_ls_is_a_table_with_ceilings_and_the_host_of_ended_loops(registry_
     empty = lw(tmp_path, "fleet", "ls", "--db", registry_url)
     assert empty.stdout.startswith("no fleet loops in ") and "nothing queued" in empty.stdout
     submit(registry_url, tmp_path, "done", "--max-dollars", "4", "--max-iterations", "9")
+    submit(registry_url, tmp_path, "asks")
     submit(registry_url, tmp_path, "waiting-for-a-worker")
     fleet = Fleet(registry_url)
     try:
         row = fleet.reg.claim("w1", "host-a", lease=30)
         fleet.reg.progress(row["id"], 1, iteration=3, dollars=1.25)
         fleet.reg.finish(row["id"], 1, "LOOP_DONE", "done")
+        fleet.at_gate("asks", dict(BUDGET_GATE, options=None))  # no options in the row: the gate's own
     finally:
         fleet.close()
     lines = lw(tmp_path, "fleet", "ls", "--db", registry_url).stdout.splitlines()
@@ -373,6 +375,7 @@ def test_fleet_ls_is_a_table_with_ceilings_and_the_host_of_ended_loops(registry_
         "$0.00/$25.00",
         "-",
     ]
+    assert by_name["asks"].split()[5:9] == ["gate", "budget-escalation:", "answer", "continue|raise|stop"]
     starts = {lines[0].index(h) for h in ("STATUS", "HOST", "OUTCOME")}
     for line in lines[1:]:  # every column starts where its header does
         assert all(line[i - 2 : i] == "  " and line[i] != " " for i in starts), line

@@ -145,6 +145,7 @@ def test_the_numbers_are_the_fleets(monitor):
     held = {dict(k[1])["scope"] for k in found if k[0] == "loopwright_held_dollars"}
     assert held == {"fleet", "account:acme"}  # the fleet and each capped scope, 0 when nothing runs
     assert [value(found, "loopwright_workers", state=s) for s in ("alive", "stale", "stopped")] == [1, 1, 1]
+    assert value(found, "loopwright_workers_quiet") == 2  # the stale one and the one silent 10 minutes
     assert value(found, "loopwright_worker_slots", use="used") == 1
     assert value(found, "loopwright_worker_slots", use="free") == 1
     buckets = {dict(k[1])["le"]: v for k, v in found.items() if k[0] == "loopwright_iteration_seconds_bucket"

@@ -17,11 +17,23 @@ def loop_columns(waiting: dict) -> list:
         Column("ITER", lambda r: f"{r['iteration']}/{_ceiling(r, 'max_iterations')}", right=True),
         Column("SPEND", _spend, right=True),
         Column("HOST", lambda r: (r["host"] or "-") if r["status"] != "queued" else "-"),  # ended: its last
-        Column("OUTCOME", lambda r: r["outcome"] or waiting.get(r["id"]) or "-", width=60),
+        Column("OUTCOME", lambda r: r["outcome"] or waiting.get(r["id"]) or _gate(r) or "-", width=60),
         Column("GOAL", lambda r: first_line(goal_of(r)), width=60),
         Column("REPO", lambda r: r["repo"], width=50),
         Column("CAUSE", cause, width=400),
     ]
+
+
+def _gate(row: dict) -> str:
+    """A loop waiting at a gate: its name and the options `fleet answer` takes."""
+    gate = row.get("gate") if isinstance(row.get("gate"), dict) else None
+    if row.get("status") != "waiting_gate" or gate is None:
+        return ""
+    from loopwright.core.gates import OPTIONS
+
+    listed = gate.get("options") if isinstance(gate.get("options"), list) and gate.get("options") else None
+    options = [str(o) for o in listed or OPTIONS.get(gate.get("name")) or []]
+    return f"gate {gate.get('name')}: answer {'|'.join(options) or 'with one of its options'}"
 
 
 def cause(row: dict) -> str:

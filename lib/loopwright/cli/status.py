@@ -11,7 +11,7 @@ import click
 
 from loopwright.actions import pick
 from loopwright.actions.overview import summaries
-from loopwright.cli.base import Ctx, echo, echo_json, env_session
+from loopwright.cli.base import Ctx, echo, echo_json, env_session, fail
 from loopwright.state import lock as locks
 from loopwright.state import loops, store
 
@@ -48,7 +48,11 @@ def _lock_line(paths: loops.LoopPaths) -> str:
 def status(obj: Ctx, name: str | None, as_json: bool) -> None:
     """Where every loop of this project stands (or just loop NAME)."""
     state = obj.state
-    found, problems = summaries(state, name)
+    try:
+        found, problems = summaries(state, name)
+    except loops.LoopError as exc:
+        fleet = " (a fleet loop? `loopwright fleet ls` and `fleet events NAME`)"
+        fail(f"{exc}{fleet if name and os.environ.get('LOOPWRIGHT_DATABASE_URL') else ''}")
     if as_json:
         echo_json({"loops": found, "problems": problems}, indent=True)
         return

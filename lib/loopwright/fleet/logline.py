@@ -35,8 +35,9 @@ def _runner(event: str, loop: str, detail: dict) -> str:
     if event == "ended":
         why = f" ({_v(detail['reason'])})" if detail.get("reason") else ""
         return f"ended {loop}: {_v(detail.get('outcome'))}{why}"
-    if event == "waiting":
-        return f"waiting {loop}: {_v(detail.get('reason'))}"
+    if event == "waiting":  # the runner's advice is a local run's: a fleet loop is answered so
+        why = _v(detail.get("reason")).split("; answer with ", 1)[0]
+        return f"waiting {loop}: {why}; answer with `loopwright fleet answer {loop} <option>`"
     if event == "quota_wait":
         return f"usage limit {loop}: waits until {_v(detail.get('until'))} ({_v(detail.get('message'))})"
     return f"stalled {loop}: {_v(detail.get('polls'))} quiet polls"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from loopwright.core.attention import went_quiet
 from loopwright.core.durations import NO_ITERATION, Histogram, iteration_of
 from loopwright.registry import reservations
 from loopwright.registry.limits import day_of, scopes_of
@@ -66,6 +67,7 @@ def fleet_numbers(registry) -> dict:
         running = reservations.by_scope(tx, scopes_of)
     workers = registry.workers()
     states = dict.fromkeys(WORKER_STATES, 0)
+    quiet = sum(1 for w in workers if went_quiet(w))
     slots = used = 0
     for w in workers:
         state = worker_state(w)
@@ -86,6 +88,7 @@ def fleet_numbers(registry) -> dict:
             s: _num((running.get(s) or {}).get("held")) for s in {"fleet", *(str(r["scope"]) for r in caps)}
         },
         "workers": states,
+        "quiet": quiet,
         "slots": slots,
         "slots_used": used,
     }

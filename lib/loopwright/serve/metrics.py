@@ -135,6 +135,8 @@ def families(fleet: dict, durations: dict[str, Histogram], took: float) -> list:
                  fleet["failovers"]),
         _counter("loopwright_claims_total", "Claims of fleet loops by workers.", fleet["claims"]),
         _gauge("loopwright_gates_waiting", "Fleet loops waiting at a gate for an answer.", fleet["gates"]),
+        _gauge("loopwright_workers_quiet", "Workers that went quiet: stale, or stopped without saying "
+               "so (the page's count; one that said it left is not).", fleet["quiet"]),
         _histogram(durations),
         _gauge("loopwright_metrics_read_seconds", "Seconds this scrape took to read its numbers.", took),
     ]  # fmt: skip
