@@ -65,3 +65,11 @@ def test_a_gates_answer_says_who_where_from_and_what_a_raise_changed():
         said({"gate": "g", "answer": "x", "by": "page", "raised": {"k": "bad"}})
         == "gate g answered x by ? on the page"
     )
+
+
+def test_a_failed_preparation_says_which_try_and_what_comes_next():
+    why = "the remote has no branch 'mian'"
+    line = eventlines.line(ev("prepare_failed", {"error": why, "tries": 1, "of": 3, "wait": 60.0}), {})
+    assert line.endswith(f"could not prepare it (try 1 of 3; tried again in 60 s): {why}")
+    last = eventlines.line(ev("prepare_failed", {"error": why, "tries": 3, "of": 3, "wait": None}), {})
+    assert last.endswith(f"could not prepare it (try 3 of 3; it ends): {why}")

@@ -31,3 +31,13 @@ def test_slots_and_endings_read_as_sentences():
     assert said("ended", loop="l", outcome="CANCELLED", reason="cancelled from the fleet") == (
         "ended l: CANCELLED (cancelled from the fleet)"
     )
+
+
+def test_a_loop_that_cannot_be_prepared_says_what_happens_next():
+    why = "the remote has no branch 'mian' to start loopwright/br1 from"
+    assert said("prepare_failed", loop="br1", reason=why, tries=1, ended=False, wait=60.0) == (
+        f"could not prepare br1 (try 1 of 3; tried again in 60.0 s): {why}"
+    )
+    assert said("prepare_failed", loop="br1", reason=why, tries=3, ended=True, wait=None).startswith(
+        "could not prepare br1 (try 3 of 3; it ends): "
+    )

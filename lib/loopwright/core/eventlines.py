@@ -96,6 +96,11 @@ def _worded(kind: str, d: dict) -> str | None:
         return _with(f"released by {_text(d.get('worker'), 128) or '?'}", d.get("reason"))
     if kind == "ended":
         return _with(f"ended {_text(d.get('outcome'), 64) or '?'}", d.get("reason"))
+    if kind == "prepare_failed":
+        wait = _number(d.get("wait"))
+        then = "it ends" if wait is None else f"tried again in {wait:g} s"
+        tries = f"try {_text(d.get('tries'), 8) or '?'} of {_text(d.get('of'), 8) or '?'}"
+        return _with(f"could not prepare it ({tries}; {then})", d.get("error"))
     if kind in ("client_error", "worker_error"):
         code = _number(d.get("code"))
         head = ("client error" if kind == "client_error" else "worker error") + (

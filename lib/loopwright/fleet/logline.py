@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from loopwright.core.termsafe import one_line
+from loopwright.registry.faults import PREPARE_TRIES
 
 MAX_VALUE = 300  # characters of any one value on a line
 
@@ -74,6 +75,10 @@ def _said(event: str, f: dict) -> str:
         return f"{event}: {_v(f.get('loops'))}"
     if event == "control":
         return f"asked to {_v(f.get('what'))} {loop}"
+    if event == "prepare_failed":
+        then = "it ends" if f.get("ended") else f"tried again in {_v(f.get('wait'))} s"
+        tries = f"try {_v(f.get('tries'))} of {PREPARE_TRIES}"
+        return f"could not prepare {loop} ({tries}; {then}): {_v(f.get('reason'))}"
     if event in ("database", "error", "items") and f.get("error"):
         return f"{event} error{' ' + loop if loop else ''}: {_v(f['error'])}"
     rest = " ".join(
