@@ -112,7 +112,7 @@ def test_a_clone_that_fails_is_in_the_loops_row_and_timeline(pg_url, tmp_path):
     assert row["status"] == "queued" and row["reason"].startswith("preparing the loop failed 1 of 3 times")
     failed = next(line for line in said.splitlines() if "worker error" in line)
     assert failed.split()[2] == "host-a" and "git clone failed" in failed
-    assert "prepare_failed" in said and server.conversation_requests == []
+    assert "could not prepare it (try 1 of 3; tried again in " in said and server.conversation_requests == []
 
 
 def test_a_runner_that_cannot_start_says_why_in_the_timeline_not_only_its_log(pg_url, tmp_path):
