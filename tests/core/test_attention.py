@@ -118,7 +118,7 @@ def test_attention_counts_and_holdings():
     ]
     workers = [worker("w1"), worker("w2", age=120), worker("w3", age=5000)]
     pauses = [{"account": "acme", "until": NOW + 60}]
-    seen = attention.attention(rows, workers, pauses, [], NOW)
+    seen = attention.attention(rows, workers, attention.Queue(workers, pauses, [], NOW))
     assert seen["counts"] == {"gates": 1, "failed": 1, "stuck": 1, "workers": 2}
     assert seen["failed"] == {"f": "MAX_ITERATIONS: 10 of 10"} and list(seen["stuck"]) == ["q"]
     assert seen["workers"] == {"w1": "alive", "w2": "stale", "w3": "stopped"}

@@ -209,19 +209,10 @@ def holdings(rows: list[dict], workers: list[dict]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-def attention(
-    rows: list[dict],
-    workers: list[dict],
-    pauses: list[dict],
-    limits: list[dict],
-    now: float,
-    accepts=None,
-    mean=None,
-) -> dict:
+def attention(rows: list[dict], workers: list[dict], queue: Queue) -> dict:
     """What needs the operator among ``rows`` (fleet loops) and ``workers``: by loop id, why it
-    is stuck in the queue or how it failed; by worker, its state and the loops it holds; and
+    is stuck in the ``queue`` or how it failed; by worker, its state and the loops it holds; and
     the counts of each (``gates``, ``failed``, ``stuck``, ``workers`` that went quiet)."""
-    queue = Queue(workers, pauses, limits, now, accepts, mean)
     stuck, failures, gates = {}, {}, []
     for row in rows:
         status = row.get("status")
@@ -251,25 +242,14 @@ def attention(
     }
 
 
-def stuck_reasons(
-    groups: list[dict],
-    workers: list[dict],
-    pauses: list[dict],
-    limits: list[dict],
-    now: float,
-    accepts=None,
-    mean=None,
-) -> list[list]:
-    """Why queued loops wait, over the whole queue: ``groups`` are its loops by what decides
+def stuck_reasons(groups: list[dict], queue: Queue) -> list[list]:
+    """Why queued loops wait, over the whole ``queue``: ``groups`` are its loops by what decides
     it (``account``, ``tags``, ``repo``, ``spec``), each with ``n``; the answer is ``[reason,
     loops]`` pairs, the most loops first. The counts a page shows come from here, not from the
     loops it lists (a few hundred of them)."""
-    queue = Queue(workers, pauses, limits, now, accepts, mean)
     by: dict[str, int] = {}
     for group in groups:
-        why = queue.reason(
-            dict({k: group.get(k) for k in ("account", "tags", "repo", "spec")}, status="queued")
-        )
+        why = queue.reason(group)  # it has what a reason reads of a queued row
         n = group.get("n")
         if why and isinstance(n, int) and not isinstance(n, bool) and n > 0:
             by[why] = by.get(why, 0) + n

@@ -87,9 +87,16 @@ def snapshot(registry) -> dict:
     workers = registry.workers()
     counts = registry.fleet_counts()
     limits = registry.limits_report()
-    queue = (limits["pauses"], limits["limits"], limits["now"], Acceptance(workers))
-    seen = attention.attention(rows, workers, *queue, mean=limits["iteration_mean"])
-    why = attention.stuck_reasons(registry.queued_groups(), workers, *queue, mean=limits["iteration_mean"])
+    queue = attention.Queue(
+        workers,
+        limits["pauses"],
+        limits["limits"],
+        limits["now"],
+        Acceptance(workers),
+        limits["iteration_mean"],
+    )
+    seen = attention.attention(rows, workers, queue)
+    why = attention.stuck_reasons(registry.queued_groups(), queue)
     queue = {k: v for k, v in counts.items() if k != "failed"}
     for w in workers:
         name = str(w["worker"])
