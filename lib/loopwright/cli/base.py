@@ -52,6 +52,17 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def db_option(fn):
+    """``--db URL`` (or $LOOPWRIGHT_DATABASE_URL) of the commands that read or write the registry."""
+    return click.option(
+        "--db",
+        "url",
+        envvar="LOOPWRIGHT_DATABASE_URL",
+        metavar="URL",
+        help="The fleet's database: postgresql://… (default: the monitor's SQLite file, one machine).",
+    )(fn)
+
+
 def registry(url: str | None):
     """The registry at ``url`` (or $LOOPWRIGHT_DATABASE_URL, else the monitor's SQLite file);
     a database that cannot be opened is one line and exit code 1."""

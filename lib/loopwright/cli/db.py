@@ -7,7 +7,7 @@ import time
 
 import click
 
-from loopwright.cli.base import echo, echo_json, fail, registry
+from loopwright.cli.base import db_option, echo, echo_json, fail, registry
 
 NAMES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
 
@@ -18,13 +18,7 @@ def db() -> None:
 
 
 @db.command("status")
-@click.option(
-    "--db",
-    "url",
-    envvar="LOOPWRIGHT_DATABASE_URL",
-    metavar="URL",
-    help="The registry: postgresql://… for a fleet's shared database (default: the monitor's SQLite file).",
-)
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(url: str | None, as_json: bool) -> None:
     """Which database the registry is, its schema version, the latest this loopwright knows

@@ -15,19 +15,9 @@ from pathlib import Path
 import click
 
 from loopwright.cli import fleet_limits, fleet_workers
-from loopwright.cli.base import ceiling_options, echo, echo_json, fail, registry
+from loopwright.cli.base import ceiling_options, db_option, echo, echo_json, fail, registry
 
 MODES = ("work", "review", "task")
-
-
-def db_option(fn):
-    return click.option(
-        "--db",
-        "url",
-        envvar="LOOPWRIGHT_DATABASE_URL",
-        metavar="URL",
-        help="The fleet's database: postgresql://… (default: the monitor's SQLite file, one machine).",
-    )(fn)
 
 
 def limit_options(fn):

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from loopwright.cli.base import echo, echo_json, fail, registry
+from loopwright.cli.base import db_option, echo, echo_json, fail, registry
 
 
 def _money(value) -> str:
@@ -66,13 +66,7 @@ def _show(report: dict, where: str) -> None:
 
 
 @click.command("limits")
-@click.option(
-    "--db",
-    "url",
-    envvar="LOOPWRIGHT_DATABASE_URL",
-    metavar="URL",
-    help="The registry: postgresql://… for a fleet's shared database (default: the monitor's SQLite file).",
-)
+@db_option
 @click.option("--max-dollars-per-day", type=float, metavar="D", help="Dollars the scope may spend a UTC day.")
 @click.option("--max-running", type=int, metavar="N", help="Loops of the scope running at once, at most.")
 @click.option("--account", metavar="A", help="Limit this account's loops (default: the whole fleet).")

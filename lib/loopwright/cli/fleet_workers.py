@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from loopwright.cli.base import echo, echo_json, fail, registry
+from loopwright.cli.base import db_option, echo, echo_json, fail, registry
 
 
 def _forget(reg, names: tuple[str, ...], stopped: bool) -> None:
@@ -30,13 +30,7 @@ def _forget(reg, names: tuple[str, ...], stopped: bool) -> None:
 
 
 @click.command("workers")
-@click.option(
-    "--db",
-    "url",
-    envvar="LOOPWRIGHT_DATABASE_URL",
-    metavar="URL",
-    help="The fleet's database: postgresql://… (default: the monitor's SQLite file, one machine).",
-)
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the workers as JSON, each with its state.")
 @click.option(
     "--forget", "names", multiple=True, metavar="WORKER",
