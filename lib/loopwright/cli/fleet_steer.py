@@ -64,19 +64,17 @@ def answer_gate(url: str | None, loop: str, answer: str, raise_to: dict | None =
 
 
 def _raised(raised: dict | None) -> str:
-    """`` (max_dollars $5.00 -> $7.50)``: the ceilings a raise changed, as a person reads them."""
+    """`` (max-dollars $5.00 -> $7.50)``: the ceilings a raise changed, as a person reads them."""
     if not raised:
         return ""
-    shown = []
-    for key, (old, new) in raised.items():
-        money = key == "max_dollars"
-        fmt = (
-            (lambda v: "none" if v is None else f"${v:,.2f}")
-            if money
-            else (lambda v: "none" if v is None else f"{v:g}")
-        )
-        shown.append(f"{key.replace('_', '-')} {fmt(old)} -> {fmt(new)}")
-    return " (" + ", ".join(shown) + ")"
+
+    def shown(key: str, value) -> str:
+        if value is None:
+            return "none"
+        return f"${value:,.2f}" if key == "max_dollars" else f"{value:g}"
+
+    pairs = [f"{k.replace('_', '-')} {shown(k, old)} -> {shown(k, new)}" for k, (old, new) in raised.items()]
+    return " (" + ", ".join(pairs) + ")"
 
 
 def _with_flags(text: str) -> str:
