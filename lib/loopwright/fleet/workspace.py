@@ -307,11 +307,10 @@ class Workspace:
             self._remove()
             return False
         try:
-            self._guard()
-        except WorkspaceError:
+            rc, url = self._ok("config", "--get", "remote.origin.url")  # guarded first, as every git here
+        except WorkspaceError:  # its .git is no longer a directory
             self._remove()
             return False
-        rc, url = self._ok("config", "--get", "remote.origin.url")
         if rc == 0 and url == self.url:
             return True
         self._remove()
